@@ -1,0 +1,52 @@
+# `make run` and `make test` do all the set-up: they create or refresh .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+UNAME := $(shell uname -s)
+
+.PHONY: run test lint format bench screenshot blas clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+# Linux only: mlx[cpu] bundles a reference BLAS; kvcore loads OpenBLAS first when it is there.
+blas:
+ifeq ($(UNAME),Linux)
+	@if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libopenblas.so.0'; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing libopenblas0 (optimized BLAS for mlx on Linux)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenblas0 >/dev/null; \
+	  else \
+	    echo "Optimized BLAS missing: run 'sudo apt-get install libopenblas0' (tests still run, slower)."; \
+	  fi; \
+	fi
+endif
+
+run: $(STAMP)
+ifeq ($(UNAME),Linux)
+	@if [ -z "$$DISPLAY" ] && [ -z "$$WAYLAND_DISPLAY" ] && [ -z "$$QT_QPA_PLATFORM" ]; then \
+	  echo "No display found. Run it under a virtual screen: xvfb-run -a make run"; exit 1; fi
+endif
+	$(BIN)/kvlens
+
+test: $(STAMP) blas
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP) blas
+	$(BIN)/python -m benchmarks.run_all
+
+screenshot: $(STAMP)
+	$(BIN)/python scripts/screenshot.py
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

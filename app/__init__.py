@@ -1,0 +1,1 @@
+"""KV Lens desktop app (PySide6 + pyqtgraph) on top of kvcore."""
