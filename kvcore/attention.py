@@ -1,0 +1,109 @@
+"""The attention function kvcore installs into a model's modules.
+
+mlx-lm models import `scaled_dot_product_attention` by name and build ONE mask, from `cache[0]`, for all layers.
+Two things need more than that:
+
+- ragged per-head caches (AdaKV budgets) store each layer's heads padded to its longest head. The padding differs
+  per layer and per head, so the shared mask cannot express it: such a cache offers `per_head_mask(n_queries)`
+  (bool, [1, H_kv, n_queries, T_kv], causal part included) and it replaces the shared mask for that layer;
+- capture needs the post-RoPE queries, which `mx.fast.scaled_dot_product_attention` never returns (mlx issue
+  2590): an observer set with `observing()` sees every call on its own thread.
+
+For caches without `per_head_mask` and no observer, this calls exactly what mlx-lm would.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models import base as mlx_base
+
+_NAME = "scaled_dot_product_attention"
+_ORIGINAL = "_kvlens_original_sdpa"
+_local = threading.local()
+
+Observer = Callable[[mx.array, Any, Any, Any, float, Any], None]
+
+
+class UnsupportedArchitecture(ValueError):
+    """The model's attention does not go through mlx-lm's shared attention function."""
+
+
+def sdpa(
+    queries: mx.array,
+    keys: Any,
+    values: Any,
+    cache: Any,
+    scale: float,
+    mask: Any,
+    sinks: mx.array | None = None,
+) -> mx.array:
+    """Drop-in for `mlx_lm.models.base.scaled_dot_product_attention` with per-head masks and observers."""
+    observer = getattr(_local, "observer", None)
+    if observer is not None:
+        observer(queries, keys, values, cache, scale, mask)
+    per_head = getattr(cache, "per_head_mask", None)
+    if per_head is not None:
+        head_mask = per_head(queries.shape[2])
+        if head_mask is not None:
+            mask = head_mask
+            if not hasattr(cache, "bits") and queries.shape[1] != mask.shape[1]:
+                mask = mx.repeat(mask, queries.shape[1] // mask.shape[1], axis=1)
+    return mlx_base.scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks)
+
+
+def _attention_modules(model: nn.Module) -> list[Any]:
+    """Every Python module of the model's classes that calls mlx-lm's attention function by name."""
+    seen: dict[str, Any] = {}
+    for m in [model, *model.modules()]:
+        name = type(m).__module__
+        mod = sys.modules.get(name)
+        if mod is not None and name not in seen and hasattr(mod, _NAME):
+            seen[name] = mod
+    return list(seen.values())
+
+
+def install(model: nn.Module) -> None:
+    """Route the model's attention through `sdpa`; idempotent. Raises UnsupportedArchitecture if impossible."""
+    modules = _attention_modules(model)
+    if not modules:
+        raise UnsupportedArchitecture(
+            f"{type(model).__module__}: this architecture computes attention without mlx-lm's "
+            "scaled_dot_product_attention, so KV Lens cannot see or compress its cache. "
+            "Use a model whose attention goes through mlx_lm.models.base (llama, qwen, mistral, phi3, gemma...)."
+        )
+    for mod in modules:
+        if getattr(mod, _NAME) is not sdpa:
+            setattr(mod, _ORIGINAL, getattr(mod, _NAME))
+            setattr(mod, _NAME, sdpa)
+
+
+def uninstall(model: nn.Module) -> None:
+    """Restore the attention functions `install` replaced."""
+    for mod in _attention_modules(model):
+        if hasattr(mod, _ORIGINAL):
+            setattr(mod, _NAME, getattr(mod, _ORIGINAL))
+            delattr(mod, _ORIGINAL)
+
+
+def is_installed(model: nn.Module) -> bool:
+    """True when every attention module of the model calls `sdpa`."""
+    modules = _attention_modules(model)
+    return bool(modules) and all(getattr(m, _NAME) is sdpa for m in modules)
+
+
+@contextmanager
+def observing(observer: Observer) -> Iterator[None]:
+    """Call `observer(queries, keys, values, cache, scale, mask)` before each attention on this thread."""
+    previous = getattr(_local, "observer", None)
+    _local.observer = observer
+    try:
+        yield
+    finally:
+        _local.observer = previous
