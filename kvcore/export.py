@@ -1,0 +1,71 @@
+"""CSV and JSON writers for cache statistics: atomic, UTF-8, pandas-readable and safe in a spreadsheet."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from kvcore.atomic import write_text
+
+#: Per-(layer, kv-head) columns, in this order (the methods issue fixes them).
+STATS_COLUMNS: tuple[str, ...] = (
+    "method",
+    "retention_ratio",
+    "bits",
+    "group_size",
+    "layer",
+    "kv_head",
+    "tokens_total",
+    "tokens_kept",
+    "bytes_dense",
+    "bytes_compressed",
+    "attention_mass_kept",
+    "key_rmse",
+    "value_rmse",
+)
+
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise(value: Any) -> Any:
+    """Make a text cell inert in spreadsheets (a leading quote); numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, bool):
+        return int(value)
+    return neutralise(value) if isinstance(value, str) else value
+
+
+def csv_text(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """Rows as CSV text with a header; keys missing from a row are written empty."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([neutralise(c) for c in columns])
+    for row in rows:
+        writer.writerow([_cell(row.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def write_csv(
+    path: str | os.PathLike, rows: Iterable[Mapping[str, Any]], columns: Sequence[str] = STATS_COLUMNS
+) -> None:
+    """Write rows to `path` atomically (no partial file on failure)."""
+    write_text(path, csv_text(list(rows), columns))
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write JSON atomically."""
+    write_text(path, json.dumps(obj, indent=1, allow_nan=False) + "\n")
