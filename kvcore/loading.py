@@ -1,0 +1,129 @@
+"""Find and load an mlx-lm model from a folder, the local Hugging Face cache, or (with a network) a repo id.
+
+Every failure becomes a `ModelLoadError` whose message names the problem and the fix, so the GUI and the CLI
+can show it in one line. `trust_remote_code` stays off: a model that needs custom code is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.nn as nn
+
+from kvcore import attention
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class ModelLoadError(ValueError):
+    """The model could not be found or loaded; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Shapes a user (and the heatmap) needs; read from the config mlx-lm used."""
+
+    name: str
+    path: str
+    model_type: str
+    n_layers: int
+    n_q_heads: int
+    n_kv_heads: int
+    head_dim: int
+    max_context: int | None
+    vocab_size: int | None
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache folder (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    return home / "hub"
+
+
+def resolve(spec: str) -> Path:
+    """A local folder for `spec`: the folder itself, or a snapshot in the local HF cache. No network here."""
+    spec = str(spec).strip()
+    if not spec:
+        raise ModelLoadError("no model given: choose a model folder or a Hugging Face repo id")
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(
+                f"{path} is a file, not a model folder: choose the folder that holds config.json"
+            )
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(
+                f"{path} is not a model folder (no config.json): choose a folder with config.json, "
+                "*.safetensors weights and tokenizer files"
+            )
+        if not any(path.glob("*.safetensors")):
+            raise ModelLoadError(
+                f"{path} has no *.safetensors weights: convert the model with mlx_lm.convert"
+            )
+        return path
+    if not _REPO_ID.match(spec):
+        raise ModelLoadError(f"{spec}: no such folder, and not a Hugging Face repo id like 'org/name'")
+    snapshots = hf_cache_dir() / f"models--{spec.replace('/', '--')}" / "snapshots"
+    found = (
+        sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime) if snapshots.is_dir() else []
+    )
+    if found:
+        return found[-1].parent
+    return Path(spec)
+
+
+def load(spec: str) -> tuple[nn.Module, Any, ModelInfo]:
+    """Load model + tokenizer through `mlx_lm.load` and route its attention through kvcore."""
+    import mlx_lm
+
+    path = resolve(spec)
+    try:
+        model, tokenizer, config = mlx_lm.load(
+            str(path),
+            tokenizer_config={"trust_remote_code": False},
+            return_config=True,
+            trust_remote_code=False,
+        )
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # mlx-lm raises many kinds; all mean "this is not a loadable model"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not path.exists():
+            raise ModelLoadError(
+                f"{spec}: not in the local Hugging Face cache ({hf_cache_dir()}) and could not be downloaded "
+                f"({first}); download it on a machine with a network, or choose a local folder"
+            ) from exc
+        raise ModelLoadError(f"{path}: mlx-lm could not load this model: {first}") from exc
+    try:
+        attention.install(model)
+    except attention.UnsupportedArchitecture as exc:
+        raise ModelLoadError(str(exc)) from exc
+    return model, tokenizer, model_info(model, config, path)
+
+
+def model_info(model: nn.Module, config: dict, path: Path) -> ModelInfo:
+    """Shapes from the config, falling back to the model's attention modules where a key is missing."""
+    text = config.get("text_config", config)
+    n_layers = len(getattr(model, "layers", [])) or int(text.get("num_hidden_layers", 0))
+    n_q = int(text.get("num_attention_heads", 0))
+    n_kv = int(text.get("num_key_value_heads") or n_q)
+    head_dim = int(text.get("head_dim") or (text.get("hidden_size", 0) // max(n_q, 1)))
+    ctx = text.get("max_position_embeddings")
+    name = path.name if path.exists() else str(path)
+    return ModelInfo(
+        name=name,
+        path=str(path),
+        model_type=str(config.get("model_type", "?")),
+        n_layers=n_layers,
+        n_q_heads=n_q,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        max_context=int(ctx) if ctx else None,
+        vocab_size=text.get("vocab_size"),
+    )
