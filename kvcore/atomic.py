@@ -1,7 +1,8 @@
-"""Atomic file writes: a temp file in the destination folder, then os.replace.
+"""Atomic file writes: a temp file in the destination folder, fsync, then os.replace.
 
-A crash or a full disk mid-write must never leave a half-written CSV, settings or cache file where a good one
-was; os.replace within one folder is atomic on POSIX and Windows.
+A crash or a full disk mid-write must never leave a half-written CSV, settings, image or cache file where a
+good one was; os.replace within one folder is atomic on POSIX and Windows. The temp file keeps the target's
+suffix so writers that choose a format by suffix (image exporters, safetensors) still work.
 """
 
 from __future__ import annotations
@@ -14,30 +15,37 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path beside `path`; on success it replaces `path`, on failure it is removed."""
     dest = Path(path)
-    folder = dest.parent if str(dest.parent) else Path(".")
+    folder = dest.parent
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: folder does not exist; choose an existing folder")
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix or ".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.stem}.", suffix=f".tmp{dest.suffix}", dir=folder)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
         os.replace(tmp_path, dest)
-    except BaseException:
-        tmp_path.unlink(missing_ok=True)
-        raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write bytes atomically, fsynced before the rename so a crash leaves the old or the new file."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
     """Write UTF-8 text atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    write_bytes(path, text.encode("utf-8"))
 
 
-def write_with(path: str | os.PathLike, writer: Callable[[Path], None], suffix: str = "") -> None:
+def write_with(path: str | os.PathLike, writer: Callable[[Path], None]) -> None:
     """Call writer(temp_path) and move the result into place atomically."""
-    with atomic_path(path, suffix=suffix) as tmp:
+    with atomic_path(path) as tmp:
         writer(tmp)

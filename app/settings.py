@@ -1,0 +1,103 @@
+"""Persistent user settings (JSON in the platform's config folder); a bad file never stops the app."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvcore.atomic import write_text as atomic_write_text
+
+APP_NAME = "KV Lens"
+MAX_RECENT = 10
+_FILE_NAME = "settings.json"
+
+
+def default_path() -> Path:
+    """The settings file in the platform's user config folder."""
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir(APP_NAME, appauthor=False)) / _FILE_NAME
+
+
+def _is_bits(v: Any) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+
+_CHECKS = {
+    "geometry": lambda v: isinstance(v, str),
+    "recent_models": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "last_prompt": lambda v: isinstance(v, str),
+    "last_method": lambda v: isinstance(v, str) and bool(v),
+    "last_ratio": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 < v <= 1.0,
+    "last_bits": _is_bits,
+    "last_group_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+}
+
+
+@dataclass
+class Settings:
+    """What the app remembers between runs. `geometry` is QMainWindow.saveGeometry() as base64 text;
+    `last_bits` None means unquantized (the 16-bit slider stop)."""
+
+    geometry: str = ""
+    recent_models: list[str] = field(default_factory=list)
+    last_prompt: str = ""
+    last_method: str = "snapkv"
+    last_ratio: float = 0.25
+    last_bits: int | None = None
+    last_group_size: int = 64
+    path: Path | None = field(default=None, compare=False, repr=False)
+
+    def add_recent_model(self, name: str) -> None:
+        """Move `name` to the front of the recent list (no duplicates, at most MAX_RECENT)."""
+        self.recent_models = [name] + [m for m in self.recent_models if m != name]
+        del self.recent_models[MAX_RECENT:]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-serialisable fields (the file path is not stored)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "path"}
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> tuple[Settings, str | None]:
+        """Read settings; on a missing file return defaults, on a corrupt or unreadable one return
+        defaults (or the valid fields) plus a warning for the user. Never raises."""
+        target = Path(path) if path is not None else default_path()
+        settings = cls(path=target)
+        try:
+            raw = target.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return settings, None
+        except (OSError, UnicodeDecodeError) as exc:
+            return settings, f"Could not read settings file {target}: {exc}. Using defaults."
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            return settings, f"Settings file {target} is corrupt ({exc}). Using defaults."
+        if not isinstance(data, dict):
+            return settings, f"Settings file {target} is not a JSON object. Using defaults."
+        bad = []
+        for name, check in _CHECKS.items():
+            if name not in data:
+                continue
+            if check(data[name]):
+                setattr(settings, name, data[name])
+            else:
+                bad.append(name)
+        settings.recent_models = settings.recent_models[:MAX_RECENT]
+        if bad:
+            return settings, f"Settings file {target}: invalid {', '.join(bad)}; defaults used for those."
+        return settings, None
+
+    def save(self, path: str | Path | None = None) -> str | None:
+        """Write atomically; return a warning instead of raising, so quitting never fails on a
+        read-only config folder."""
+        target = Path(path) if path is not None else (self.path or default_path())
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(target, json.dumps(self.to_dict(), indent=2) + "\n")
+        except OSError as exc:
+            return f"Could not save settings to {target}: {exc}"
+        return None

@@ -1,0 +1,153 @@
+"""Dense vs compressed continuations side by side, and the quality/cost metrics of the last run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit, QVBoxLayout, QWidget
+
+DIVERGENCE_BACKGROUND = QColor(255, 120, 90)
+AFTER_DIVERGENCE_FOREGROUND = QColor(150, 150, 150)
+
+
+class ComparisonView(QWidget):
+    """Two read-only views; the first token where the compressed run differs is marked in both."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("comparisonView")
+        self.denseTextView = self._text_view("denseTextView")
+        self.compressedTextView = self._text_view("compressedTextView")
+        self._spans: dict[str, list[tuple[int, int]]] = {"dense": [], "compressed": []}
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for title, view in (
+            ("Dense cache", self.denseTextView),
+            ("Compressed cache", self.compressedTextView),
+        ):
+            column = QVBoxLayout()
+            column.addWidget(QLabel(f"<b>{title}</b>"))
+            column.addWidget(view, 1)
+            layout.addLayout(column, 1)
+        # Scroll together so the same region of both continuations stays in view.
+        dense_bar = self.denseTextView.verticalScrollBar()
+        compressed_bar = self.compressedTextView.verticalScrollBar()
+        dense_bar.valueChanged.connect(compressed_bar.setValue)
+        compressed_bar.valueChanged.connect(dense_bar.setValue)
+
+    @staticmethod
+    def _text_view(name: str) -> QPlainTextEdit:
+        view = QPlainTextEdit(objectName=name)
+        view.setReadOnly(True)
+        view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        return view
+
+    def set_texts(
+        self, dense_tokens: list[str], compressed_tokens: list[str], first_divergence: int | None
+    ) -> None:
+        """Show both continuations; token `first_divergence` gets a coloured background in both and
+        the compressed text after it is greyed (None: the runs agree)."""
+        self._spans["dense"] = self._fill(
+            self.denseTextView, dense_tokens, first_divergence, grey_after=False
+        )
+        self._spans["compressed"] = self._fill(
+            self.compressedTextView, compressed_tokens, first_divergence, grey_after=True
+        )
+        tip = (
+            "The continuations agree"
+            if first_divergence is None
+            else f"First divergence at token {first_divergence}"
+        )
+        self.setToolTip(tip)
+
+    def token_span(self, which: str, index: int) -> tuple[int, int]:
+        """(start, end) character offsets of token `index` in the 'dense' or 'compressed' view."""
+        return self._spans[which][index]
+
+    @staticmethod
+    def _fill(
+        view: QPlainTextEdit, tokens: list[str], divergence: int | None, grey_after: bool
+    ) -> list[tuple[int, int]]:
+        view.clear()
+        cursor = QTextCursor(view.document())
+        plain, marked, after = QTextCharFormat(), QTextCharFormat(), QTextCharFormat()
+        marked.setBackground(DIVERGENCE_BACKGROUND)
+        after.setForeground(AFTER_DIVERGENCE_FOREGROUND)
+        spans = []
+        for i, token in enumerate(tokens):
+            if divergence is not None and i == divergence:
+                fmt = marked
+            elif divergence is not None and i > divergence and grey_after:
+                fmt = after
+            else:
+                fmt = plain
+            start = cursor.position()
+            cursor.insertText(token, fmt)
+            spans.append((start, cursor.position()))
+        return spans
+
+
+def _bytes(value: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.2f} {unit}"
+        value /= 1024
+    return str(value)
+
+
+_ROWS: tuple[tuple[str, str, Any], ...] = (
+    ("bytes_dense", "Bytes dense", _bytes),
+    ("bytes_compressed", "Bytes compressed", _bytes),
+    ("compression_ratio", "Compression ratio", lambda v: f"{v:.2f}×"),
+    ("agreement", "Top-1 agreement", lambda v: f"{100 * v:.1f} %"),
+    ("kl_mean", "KL mean", lambda v: f"{v:.4g}"),
+    ("kl_max", "KL max", lambda v: f"{v:.4g}"),
+    ("nll_delta", "NLL delta", lambda v: f"{v:+.4g}"),
+    ("first_divergence", "First divergence", lambda v: f"token {v}"),
+    ("recompress_ms", "Recompress", lambda v: f"{v:.1f} ms"),
+    ("regenerate_ms", "Regenerate", lambda v: f"{v:.1f} ms"),
+)
+MISSING = "—"
+
+
+class MetricsPanel(QWidget):
+    """Cost and quality of the current setting against the dense cache; missing values show '—'."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("metricsPanel")
+        form = QFormLayout(self)
+        self._values: dict[str, QLabel] = {}
+        self._titles: dict[str, str] = {}
+        for key, title, _ in _ROWS:
+            label = QLabel(MISSING, objectName=f"metric_{key}")
+            label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            form.addRow(title, label)
+            self._values[key] = label
+            self._titles[key] = title
+
+    def set_metrics(self, metrics: dict[str, Any]) -> None:
+        """Show `metrics`; a first_divergence of None (present) means the runs never diverged."""
+        for key, _, fmt in _ROWS:
+            value = metrics.get(key)
+            if key == "first_divergence" and key in metrics and value is None:
+                text = "none"
+            elif value is None:
+                text = MISSING
+            else:
+                try:
+                    text = fmt(value)
+                except (TypeError, ValueError):
+                    text = str(value)
+            self._values[key].setText(text)
+
+    def value_text(self, key: str) -> str:
+        """The text shown for one metric key."""
+        return self._values[key].text()
+
+    def text(self) -> str:
+        """All metrics as 'Title: value' lines (for tests and copying)."""
+        return "\n".join(f"{self._titles[key]}: {self._values[key].text()}" for key, _, _ in _ROWS)

@@ -1,0 +1,248 @@
+"""Compression controls: method, retention ratio, quantization and method parameters as one config dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QSlider,
+    QSpinBox,
+    QWidget,
+)
+
+DEFAULT_METHODS = ["full", "streaming_llm", "snapkv", "h2o", "tova", "knorm", "random", "pyramidkv", "adakv"]
+BITS_STEPS = (2, 3, 4, 5, 6, 8, 16)  # 16 = unquantized
+GROUP_SIZES = (32, 64, 128)
+DEFAULTS: dict[str, Any] = {
+    "method": "snapkv",
+    "ratio": 0.25,
+    "bits": None,
+    "group_size": 64,
+    "per_head": True,
+    "window": 64,
+    "n_sink": 4,
+    "kernel": 5,
+}
+# Which method parameter each method reads; the others are disabled with a tooltip.
+_USES = {
+    "window": {"snapkv", "pyramidkv", "adakv"},
+    "kernel": {"snapkv", "pyramidkv", "adakv"},
+    "n_sink": {"streaming_llm"},
+}
+_DISABLED_ITEM = Qt.ItemFlag.NoItemFlags
+_ENABLED_ITEM = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+_FLAGS_ROLE = Qt.ItemDataRole.UserRole - 1  # where QStandardItemModel keeps an item's flags
+
+
+class CompressionControls(QWidget):
+    """Emits `configChanged(dict)` on every user or programmatic change; coalescing is the caller's job."""
+
+    configChanged = Signal(dict)  # noqa: N815 (Qt signal naming)
+
+    def __init__(self, methods: list[str] | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("compressionControls")
+        self._head_dim: int | None = None
+        self._build_ui(methods or DEFAULT_METHODS)
+        self.set_config(DEFAULTS)
+
+    def _build_ui(self, methods: list[str]) -> None:
+        self.methodCombo = QComboBox(objectName="methodCombo")
+        self.methodCombo.addItems(methods)
+        self.methodCombo.setToolTip("Which positions each kv-head keeps")
+
+        self.retentionSlider = QSlider(Qt.Orientation.Horizontal, objectName="retentionSlider")
+        self.retentionSlider.setRange(1, 100)
+        self.retentionSlider.setPageStep(5)
+        self.retentionLabel = QLabel(objectName="retentionLabel")
+        self.retentionLabel.setMinimumWidth(40)
+
+        self.bitsSlider = QSlider(Qt.Orientation.Horizontal, objectName="bitsSlider")
+        self.bitsSlider.setRange(0, len(BITS_STEPS) - 1)
+        self.bitsSlider.setPageStep(1)
+        self.bitsSlider.setTickPosition(QSlider.TickPosition.TicksBelow)
+        self.bitsSlider.setToolTip("Bits per stored K/V value; 16 means not quantized")
+        self.bitsLabel = QLabel(objectName="bitsLabel")
+        self.bitsLabel.setMinimumWidth(40)
+
+        self.groupSizeCombo = QComboBox(objectName="groupSizeCombo")
+        for size in GROUP_SIZES:
+            self.groupSizeCombo.addItem(str(size), size)
+        self.perHeadCheck = QCheckBox("Per-head selection", objectName="perHeadCheck")
+        self.perHeadCheck.setToolTip("Each kv-head keeps its own positions (off: all heads share one set)")
+
+        self.windowSpin = self._spin(
+            "windowSpin", 1, 4096, "Observation window: the last prompt queries that vote"
+        )
+        self.sinkSpin = self._spin("sinkSpin", 0, 1024, "Attention sinks: first positions always kept")
+        self.kernelSpin = self._spin("kernelSpin", 1, 63, "Pooling kernel over the window's scores")
+        self.kernelSpin.setSingleStep(2)
+        self.autoRegenerateCheck = QCheckBox("Auto-regenerate", objectName="autoRegenerateCheck")
+        self.autoRegenerateCheck.setChecked(True)
+        self.autoRegenerateCheck.setToolTip("Regenerate and compare the continuations after every change")
+
+        form = QFormLayout(self)
+        form.addRow("Method", self.methodCombo)
+        form.addRow("Retention", self._with_label(self.retentionSlider, self.retentionLabel))
+        form.addRow("Bits", self._with_label(self.bitsSlider, self.bitsLabel))
+        form.addRow("Group size", self.groupSizeCombo)
+        form.addRow("", self.perHeadCheck)
+        form.addRow("Window", self.windowSpin)
+        form.addRow("Sinks", self.sinkSpin)
+        form.addRow("Kernel", self.kernelSpin)
+        form.addRow("", self.autoRegenerateCheck)
+
+        self.methodCombo.currentIndexChanged.connect(self._changed)
+        self.retentionSlider.valueChanged.connect(self._changed)
+        self.bitsSlider.valueChanged.connect(self._changed)
+        self.groupSizeCombo.currentIndexChanged.connect(self._changed)
+        self.perHeadCheck.toggled.connect(self._changed)
+        for spin in (self.windowSpin, self.sinkSpin, self.kernelSpin):
+            spin.valueChanged.connect(self._changed)
+
+    @staticmethod
+    def _spin(name: str, lo: int, hi: int, tip: str) -> QSpinBox:
+        spin = QSpinBox(objectName=name)
+        spin.setRange(lo, hi)
+        spin.setToolTip(tip)
+        return spin
+
+    @staticmethod
+    def _with_label(slider: QSlider, label: QLabel) -> QWidget:
+        box = QWidget()
+        row = QHBoxLayout(box)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(slider, 1)
+        row.addWidget(label)
+        return box
+
+    # -- public API -------------------------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        """{method, ratio (0.01-1.0), bits (int, None = unquantized), group_size, per_head, window, n_sink, kernel}."""
+        bits = BITS_STEPS[self.bitsSlider.value()]
+        return {
+            "method": self.methodCombo.currentText(),
+            "ratio": self.retentionSlider.value() / 100.0,
+            "bits": None if bits == 16 else bits,
+            "group_size": int(self.groupSizeCombo.currentData()),
+            "per_head": self.perHeadCheck.isChecked(),
+            "window": self.windowSpin.value(),
+            "n_sink": self.sinkSpin.value(),
+            "kernel": self.kernelSpin.value(),
+        }
+
+    def set_config(self, config: dict[str, Any]) -> None:
+        """Apply the keys present in `config` (others keep their value); emits configChanged once."""
+        widgets = (
+            self.methodCombo,
+            self.retentionSlider,
+            self.bitsSlider,
+            self.groupSizeCombo,
+            self.perHeadCheck,
+            self.windowSpin,
+            self.sinkSpin,
+            self.kernelSpin,
+        )
+        for w in widgets:
+            w.blockSignals(True)
+        try:
+            if "method" in config and self.methodCombo.findText(config["method"]) >= 0:
+                self.methodCombo.setCurrentIndex(self.methodCombo.findText(config["method"]))
+            if "ratio" in config:
+                self.retentionSlider.setValue(round(float(config["ratio"]) * 100))
+            if "bits" in config:
+                bits = 16 if config["bits"] in (None, 16) else int(config["bits"])
+                if bits not in BITS_STEPS:
+                    raise ValueError(f"bits must be one of {BITS_STEPS}, got {bits}")
+                self.bitsSlider.setValue(BITS_STEPS.index(bits))
+            if "group_size" in config:
+                index = self.groupSizeCombo.findData(int(config["group_size"]))
+                if index < 0:
+                    raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {config['group_size']}")
+                self.groupSizeCombo.setCurrentIndex(index)
+            if "per_head" in config:
+                self.perHeadCheck.setChecked(bool(config["per_head"]))
+            for key, spin in (
+                ("window", self.windowSpin),
+                ("n_sink", self.sinkSpin),
+                ("kernel", self.kernelSpin),
+            ):
+                if key in config:
+                    spin.setValue(int(config[key]))
+        finally:
+            for w in widgets:
+                w.blockSignals(False)
+        self._changed()
+
+    def set_head_dim(self, head_dim: int | None) -> None:
+        """Disable group sizes that do not divide the model's head_dim (mx.quantize would raise)."""
+        self._head_dim = head_dim
+        self._changed()
+
+    def auto_regenerate(self) -> bool:
+        """Whether a change should also regenerate the continuations."""
+        return self.autoRegenerateCheck.isChecked()
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _changed(self) -> None:
+        self._update_validity()
+        self._update_labels()
+        self.configChanged.emit(self.config())
+
+    def _update_labels(self) -> None:
+        self.retentionLabel.setText(f"{self.retentionSlider.value()} %")
+        bits = BITS_STEPS[self.bitsSlider.value()]
+        self.bitsLabel.setText("16 (off)" if bits == 16 else f"{bits}-bit")
+
+    def _update_validity(self) -> None:
+        """Grey out what the current choice makes meaningless or invalid, and say why."""
+        method = self.methodCombo.currentText()
+        full = method == "full"
+        self._enable(self.retentionSlider, not full, "full keeps every position")
+        self._enable(self.perHeadCheck, method != "tova", "tova keeps the same positions in every kv-head")
+        if method == "tova":
+            self.perHeadCheck.blockSignals(True)
+            self.perHeadCheck.setChecked(False)
+            self.perHeadCheck.blockSignals(False)
+        self._enable(self.windowSpin, method in _USES["window"], f"{method} has no observation window")
+        self._enable(self.kernelSpin, method in _USES["kernel"], f"{method} does no pooling")
+        self._enable(self.sinkSpin, method in _USES["n_sink"], f"{method} keeps no sink positions")
+
+        quantized = BITS_STEPS[self.bitsSlider.value()] != 16
+        self._enable(self.groupSizeCombo, quantized, "No quantization at 16 bits")
+        self._update_group_sizes()
+
+    def _update_group_sizes(self) -> None:
+        combo = self.groupSizeCombo
+        valid = []
+        for i, size in enumerate(GROUP_SIZES):
+            ok = self._head_dim is None or self._head_dim % size == 0
+            reason = "" if ok else f"head_dim {self._head_dim} is not divisible by group size {size}"
+            if combo.itemData(i, _FLAGS_ROLE) != (_ENABLED_ITEM if ok else _DISABLED_ITEM):
+                combo.setItemData(i, _ENABLED_ITEM if ok else _DISABLED_ITEM, _FLAGS_ROLE)
+                combo.setItemData(i, reason, Qt.ItemDataRole.ToolTipRole)
+            if ok:
+                valid.append(i)
+        if valid and combo.currentIndex() not in valid:
+            combo.blockSignals(True)
+            combo.setCurrentIndex(valid[-1])
+            combo.blockSignals(False)
+
+    @staticmethod
+    def _enable(widget: QWidget, enabled: bool, reason: str) -> None:
+        if widget.isEnabled() == enabled:
+            return
+        widget.setEnabled(enabled)
+        tip = widget.property("baseToolTip")
+        if tip is None:
+            tip = widget.toolTip()
+            widget.setProperty("baseToolTip", tip)
+        widget.setToolTip(tip if enabled else reason)

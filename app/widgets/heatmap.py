@@ -1,0 +1,462 @@
+"""Retention heatmap: rows are (layer, kv-head), columns are token positions.
+
+The RGBA image is built with NumPy LUT indexing and pushed with autoLevels=False, so a
+32 layers x 8 kv-heads x 8k positions cache refreshes in milliseconds while a slider moves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from pyqtgraph.exporters import ImageExporter, SVGExporter
+from PySide6.QtCore import QPointF, Signal
+from PySide6.QtGui import QCursor, QFontMetrics
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolTip, QVBoxLayout, QWidget
+
+from kvcore.atomic import atomic_path
+
+VIEW_KEPT = "Kept"
+VIEW_SCORES = "Scores"
+VIEW_QUANT = "Quant error"
+VIEWS = (VIEW_KEPT, VIEW_SCORES, VIEW_QUANT)
+
+KEPT_RGBA = (255, 150, 20, 255)
+EVICTED_RGBA = (24, 26, 34, 255)
+_EVICTED_DIM = 0.22  # evicted cells in the scores view keep a faint trace of their score
+_SCORE_MAP = "viridis"
+_QUANT_MAP = "inferno"
+
+
+def _lut(cmap_name: str) -> np.ndarray:
+    """256 x 4 uint8 colours of a pyqtgraph colormap."""
+    return pg.colormap.get(cmap_name).getLookupTable(nPts=256, alpha=True, mode="byte").astype(np.uint8)
+
+
+def _to_index(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Map floats to 0..255 LUT indices (NaN and -inf go to 0)."""
+    scale = 255.0 / (hi - lo) if hi > lo else 0.0
+    idx = np.nan_to_num((values - lo) * scale, nan=0.0, posinf=255.0, neginf=0.0)
+    return np.clip(idx, 0, 255, out=idx).astype(np.uint8)
+
+
+def _finite_range(values: np.ndarray, mask: np.ndarray | None = None) -> tuple[float, float]:
+    """Min and max of the finite entries (under `mask` if given); (0, 1) when there are none."""
+    sel = values[mask] if mask is not None else values
+    sel = sel[np.isfinite(sel)]
+    if sel.size == 0:
+        return 0.0, 1.0
+    lo, hi = float(sel.min()), float(sel.max())
+    return (lo, hi) if hi > lo else (lo, lo + 1.0)
+
+
+def render_kept(kept: np.ndarray) -> np.ndarray:
+    """(rows, T) bool -> (rows, T, 4) uint8: saturated colour for kept, near black for evicted."""
+    lut = np.array([EVICTED_RGBA, KEPT_RGBA], dtype=np.uint8)
+    return lut[kept.view(np.uint8)]
+
+
+def render_scores(kept: np.ndarray, scores: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Scores through a colormap; evicted cells dimmed, so the kept set still stands out."""
+    base = _lut(_SCORE_MAP)
+    dim = base.copy()
+    dim[:, :3] = (base[:, :3] * _EVICTED_DIM + np.array(EVICTED_RGBA[:3]) * (1 - _EVICTED_DIM)).astype(
+        np.uint8
+    )
+    lut = np.concatenate([dim, base])
+    idx = _to_index(scores, lo, hi).astype(np.uint16)
+    idx += kept.view(np.uint8).astype(np.uint16) << 8
+    return lut[idx]
+
+
+def render_quant(kept: np.ndarray, error: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Quantization error of the kept cells through a colormap; evicted cells (nothing stored) dark."""
+    lut = np.concatenate([_lut(_QUANT_MAP), np.array([EVICTED_RGBA], dtype=np.uint8)])
+    idx = _to_index(error, lo, hi).astype(np.uint16)
+    idx[~kept] = 256
+    return lut[idx]
+
+
+def _token_label(text: str, limit: int = 12) -> str:
+    """A token as one short visible line (newlines and tabs escaped)."""
+    shown = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+@contextlib.contextmanager
+def _svg_closed_paths_tolerated() -> Iterator[None]:
+    """pyqtgraph 0.14's SVG exporter cannot parse the "Z" that Qt 6.12 ends closed paths with
+    (pyqtgraph issue 3495), and every clipped ViewBox makes one; drop those tokens while exporting."""
+    module = importlib.import_module("pyqtgraph.exporters.SVGExporter")
+    original = module.correctCoordinates
+
+    def correct(node, defs, item, options):  # noqa: ANN001 (pyqtgraph's private signature)
+        for path in node.getElementsByTagName("path"):
+            tokens = path.getAttribute("d").split()
+            if "Z" in tokens or "z" in tokens:
+                path.setAttribute("d", " ".join(t for t in tokens if t not in ("Z", "z")))
+        return original(node, defs, item, options)
+
+    module.correctCoordinates = correct
+    try:
+        yield
+    finally:
+        module.correctCoordinates = original
+
+
+class _TokenAxis(pg.AxisItem):
+    """Bottom axis: token text under each column when it fits, otherwise positions."""
+
+    def __init__(self) -> None:
+        super().__init__("bottom")
+        self.tokens: list[str] = []
+        self._text_mode = False
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list:  # noqa: N802 (Qt name)
+        self._text_mode = False
+        if maxVal <= minVal or size <= 0:
+            return []
+        px_per_col = size / (maxVal - minVal)
+        lo, hi = max(0, math.floor(minVal)), min(len(self.tokens), math.ceil(maxVal))
+        if self.tokens and px_per_col >= 12 and hi > lo:
+            fm = QFontMetrics(self.style.get("tickFont") or self.font())
+            widest = max(fm.horizontalAdvance(_token_label(t)) for t in self.tokens[lo:hi])
+            if px_per_col >= widest + 6:
+                self._text_mode = True
+                return [(1.0, [i + 0.5 for i in range(lo, hi)])]
+        levels = [
+            (spacing, [v + 0.5 for v in values])
+            for spacing, values in super().tickValues(minVal, maxVal, size)
+            if spacing >= 1
+        ]
+        return levels or [(1.0, [i + 0.5 for i in range(max(0, math.floor(minVal)), math.ceil(maxVal))])]
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802
+        cols = [int(math.floor(v)) for v in values]
+        if self._text_mode:
+            return [_token_label(self.tokens[c]) if 0 <= c < len(self.tokens) else "" for c in cols]
+        return [str(c) for c in cols]
+
+
+class _RowAxis(pg.AxisItem):
+    """Left axis: every row label when rows are tall enough, otherwise one label per layer."""
+
+    def __init__(self) -> None:
+        super().__init__("left")
+        self.labels: list[str] = []
+        self.heads = 1
+        self.layer_offset = 0
+        self._all_rows = True
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list:  # noqa: N802
+        n = len(self.labels)
+        if not n or maxVal <= minVal or size <= 0:
+            return []
+        lo, hi = max(0, math.floor(minVal)), min(n, math.ceil(maxVal))
+        px_per_row = size / (maxVal - minVal)
+        need = QFontMetrics(self.style.get("tickFont") or self.font()).height() + 2
+        self._all_rows = px_per_row >= need
+        if self._all_rows:
+            return [(1.0, [i + 0.5 for i in range(lo, hi)])]
+        step = max(1, math.ceil(need / (px_per_row * self.heads)))
+        first = (lo // (self.heads * step)) * self.heads * step
+        return [(float(self.heads * step), [i + 0.5 for i in range(first, hi, self.heads * step) if i >= lo])]
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802
+        rows = [int(math.floor(v)) for v in values]
+        if self._all_rows:
+            return [self.labels[r] if 0 <= r < len(self.labels) else "" for r in rows]
+        return [f"L{self.layer_offset + r // self.heads}" for r in rows]
+
+
+class RetentionHeatmap(QWidget):
+    """Kept/evicted map of the compressed KV cache with score and quantization-error views.
+
+    Feed it plain NumPy arrays through `set_data`; it never talks to the engine.
+    """
+
+    hoverInfo = Signal(str)  # noqa: N815 (Qt signal naming)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("heatmapView")
+        self._kept = np.zeros((0, 0), dtype=bool)
+        self._scores: np.ndarray | None = None
+        self._quant: np.ndarray | None = None
+        self._labels: list[str] = []
+        self._tokens: list[str] = []
+        self._n_layers = 0
+        self._heads = 1
+        self._row_offset = 0
+        self._rgba = np.zeros((0, 0, 4), dtype=np.uint8)
+        self._shown_shape: tuple[int, int] | None = None
+        self._last_cell: tuple[int, int] | None = None
+        self._build_ui()
+
+    def _build_ui(self) -> None:
+        self.viewCombo = QComboBox(objectName="heatmapModeCombo")
+        self.viewCombo.addItems(list(VIEWS))
+        self.viewCombo.setToolTip(
+            "What the colour shows: kept/evicted, the method's scores, or quantization error"
+        )
+        self.layerCombo = QComboBox(objectName="heatmapLayerCombo")
+        self.layerCombo.addItem("All layers", None)
+        self.layerCombo.setToolTip("Show every layer, or one layer's kv-heads large")
+        self.legendLabel = QLabel(
+            f'<span style="color: rgb{KEPT_RGBA[:3]}">■</span> kept &nbsp;'
+            f'<span style="color: rgb(90, 90, 100)">■</span> evicted'
+        )
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        for w in (QLabel("View"), self.viewCombo, QLabel("Layer"), self.layerCombo, self.legendLabel):
+            top.addWidget(w)
+        top.addStretch(1)
+
+        self._x_axis, self._y_axis = _TokenAxis(), _RowAxis()
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setObjectName("heatmapGraphics")
+        self.plot = self.graphics.addPlot(
+            row=0, col=0, axisItems={"bottom": self._x_axis, "left": self._y_axis}
+        )
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.invertY(True)
+        self.plot.setLabel("bottom", "position")
+        self.image = pg.ImageItem(axisOrder="row-major", autoDownsample=True)
+        self.plot.addItem(self.image)
+        self.marker = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen((0, 230, 255), width=2))
+        self.marker.setZValue(10)
+        self.marker.setVisible(False)
+        self.plot.addItem(self.marker)
+        self.colorBar = pg.ColorBarItem(values=(0, 1), interactive=False, colorMapMenu=False, width=15)
+        self.graphics.addItem(self.colorBar, row=0, col=1)
+        self.colorBar.setVisible(False)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.graphics, 1)
+
+        self.viewCombo.currentIndexChanged.connect(self._refresh)
+        self.layerCombo.currentIndexChanged.connect(self._refresh)
+        self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self._update_view_availability()
+
+    # -- public API -------------------------------------------------------------------------------
+
+    def set_data(
+        self,
+        kept: np.ndarray,
+        row_labels: list[str],
+        token_texts: list[str],
+        scores: np.ndarray | None,
+        quant_error: np.ndarray | None,
+        n_layers: int,
+        n_kv_heads: int,
+    ) -> None:
+        """Show a new compression result. Zoom is kept when the shape is unchanged, so moving a
+        slider does not throw away where the user was looking."""
+        kept = np.ascontiguousarray(kept, dtype=bool)
+        if kept.ndim != 2:
+            raise ValueError(f"kept must be 2-D (rows, T), got shape {kept.shape}")
+        rows, length = kept.shape
+        if n_layers * n_kv_heads != rows or len(row_labels) != rows or len(token_texts) != length:
+            raise ValueError(
+                f"kept {kept.shape} does not match {n_layers} layers x {n_kv_heads} kv-heads, "
+                f"{len(row_labels)} row labels and {len(token_texts)} tokens"
+            )
+        for name, arr in (("scores", scores), ("quant_error", quant_error)):
+            if arr is not None and np.shape(arr) != kept.shape:
+                raise ValueError(f"{name} has shape {np.shape(arr)}, expected {kept.shape}")
+        self._kept = kept
+        self._scores = None if scores is None else np.asarray(scores, dtype=np.float32)
+        self._quant = None if quant_error is None else np.asarray(quant_error, dtype=np.float32)
+        self._labels, self._tokens = list(row_labels), list(token_texts)
+        self._heads = max(1, n_kv_heads)
+        self._x_axis.tokens = self._tokens
+        if n_layers != self._n_layers:
+            self._n_layers = n_layers
+            self._rebuild_layer_combo()
+        self._update_view_availability()
+        self._refresh()
+
+    def clear(self) -> None:
+        """Show nothing (e.g. after loading another model)."""
+        self.set_data(np.zeros((0, 0), dtype=bool), [], [], None, None, 0, 0)
+
+    def set_view(self, name: str) -> None:
+        """Switch to one of VIEWS."""
+        self.viewCombo.setCurrentIndex(VIEWS.index(name))
+
+    def view(self) -> str:
+        """The current view name."""
+        return self.viewCombo.currentText()
+
+    def set_layer(self, layer: int | None) -> None:
+        """Show one layer's heads (None: all layers)."""
+        self.layerCombo.setCurrentIndex(0 if layer is None else layer + 1)
+
+    def layer(self) -> int | None:
+        """The selected layer, or None for all layers."""
+        return self.layerCombo.currentData()
+
+    def highlight_position(self, pos: int | None) -> None:
+        """Draw a vertical marker on column `pos` (None or negative hides it)."""
+        if pos is None or pos < 0:
+            self.marker.setVisible(False)
+            return
+        self.marker.setPos(pos + 0.5)
+        self.marker.setVisible(True)
+
+    def image_rgba(self) -> np.ndarray:
+        """A copy of the RGBA image currently displayed, shape (rows shown, T, 4)."""
+        return self._rgba.copy()
+
+    def info_at(self, row: int, position: int) -> str:
+        """Describe displayed cell (row, position): layer, kv-head, position, token, score, kept."""
+        r = row + self._row_offset
+        parts = [
+            f"Layer {r // self._heads}",
+            f"kv-head {r % self._heads}",
+            f"position {position}",
+            f"token '{_token_label(self._tokens[position], 40)}'",
+        ]
+        if self._scores is not None:
+            parts.append(f"score {self._scores[r, position]:.4g}")
+        if self._quant is not None and self._kept[r, position]:
+            parts.append(f"quant error {self._quant[r, position]:.4g}")
+        parts.append("kept" if self._kept[r, position] else "evicted")
+        return " · ".join(parts)
+
+    def export_image(self, path: str | os.PathLike[str]) -> None:
+        """Write the heatmap with its axes and colour bar to PNG or SVG (by suffix), atomically."""
+        suffix = Path(path).suffix.lower()
+        if suffix not in (".png", ".svg"):
+            raise ValueError(f"Export as .png or .svg, not '{suffix or 'no suffix'}'")
+        item = self.graphics.ci
+        with atomic_path(path) as tmp:
+            if suffix == ".png":
+                if not ImageExporter(item).export(str(tmp)):
+                    raise OSError(f"Could not write PNG image to {path}")
+            else:
+                with _svg_closed_paths_tolerated():
+                    SVGExporter(item).export(str(tmp))
+            if tmp.stat().st_size == 0:
+                raise OSError(f"Nothing was written to {path}")
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _rebuild_layer_combo(self) -> None:
+        current = self.layerCombo.currentData()
+        self.layerCombo.blockSignals(True)
+        self.layerCombo.clear()
+        self.layerCombo.addItem("All layers", None)
+        for layer in range(self._n_layers):
+            self.layerCombo.addItem(f"Layer {layer}", layer)
+        if current is not None and current < self._n_layers:
+            self.layerCombo.setCurrentIndex(current + 1)
+        self.layerCombo.blockSignals(False)
+
+    def _update_view_availability(self) -> None:
+        model = self.viewCombo.model()
+        reasons = {
+            VIEW_SCORES: None if self._scores is not None else "This method gives no scores",
+            VIEW_QUANT: None
+            if self._quant is not None
+            else "No quantization error: the cache is not quantized",
+        }
+        for i, name in enumerate(VIEWS):
+            reason = reasons.get(name)
+            item = model.item(i)
+            item.setEnabled(reason is None)
+            item.setToolTip(reason or "")
+            if reason and self.viewCombo.currentIndex() == i:
+                self.viewCombo.blockSignals(True)
+                self.viewCombo.setCurrentIndex(0)
+                self.viewCombo.blockSignals(False)
+
+    def _visible_rows(self) -> slice:
+        layer = self.layerCombo.currentData()
+        if layer is None:
+            return slice(0, self._kept.shape[0])
+        return slice(layer * self._heads, (layer + 1) * self._heads)
+
+    def _refresh(self) -> None:
+        rows = self._visible_rows()
+        self._row_offset = rows.start
+        kept = self._kept[rows]
+        view = self.viewCombo.currentText()
+        bar = None
+        if view == VIEW_SCORES and self._scores is not None:
+            scores = self._scores[rows]
+            lo, hi = _finite_range(scores)
+            rgba, bar = render_scores(kept, scores, lo, hi), (_SCORE_MAP, lo, hi, "score")
+        elif view == VIEW_QUANT and self._quant is not None:
+            err = self._quant[rows]
+            lo, hi = _finite_range(err, kept)
+            rgba, bar = render_quant(kept, err, lo, hi), (_QUANT_MAP, lo, hi, "quant error")
+        else:
+            rgba = render_kept(kept)
+        self._rgba = rgba
+        self._y_axis.labels = self._labels[rows]
+        self._y_axis.heads = self._heads
+        self._y_axis.layer_offset = rows.start // self._heads
+        self._show(rgba)
+        self._show_colour_bar(bar)
+        self.legendLabel.setVisible(bar is None)
+
+    def _show(self, rgba: np.ndarray) -> None:
+        if rgba.size == 0:
+            self.image.clear()
+            self._shown_shape = None
+            return
+        self.image.setImage(rgba, autoLevels=False)
+        shape = rgba.shape[:2]
+        if shape != self._shown_shape:
+            rows, length = shape
+            self.plot.setLimits(xMin=0, xMax=length, yMin=0, yMax=rows)
+            self.plot.setRange(xRange=(0, length), yRange=(0, rows), padding=0)
+            self._shown_shape = shape
+        self._x_axis.picture = None
+        self._y_axis.picture = None
+        self._x_axis.update()
+        self._y_axis.update()
+
+    def _show_colour_bar(self, bar: tuple[str, float, float, str] | None) -> None:
+        self.colorBar.setVisible(bar is not None)
+        if bar is None:
+            return
+        cmap_name, lo, hi, label = bar
+        self.colorBar.setColorMap(pg.colormap.get(cmap_name))
+        self.colorBar.setLevels(values=(lo, hi))
+        self.colorBar.axis.setLabel(label)
+
+    def _on_mouse_moved(self, scene_pos: QPointF) -> None:
+        cell = self._cell_at(scene_pos)
+        if cell == self._last_cell:
+            return
+        self._last_cell = cell
+        if cell is None:
+            self.graphics.setToolTip("")
+            self.hoverInfo.emit("")
+            return
+        text = self.info_at(*cell)
+        self.graphics.setToolTip(text)
+        QToolTip.showText(QCursor.pos(), text, self.graphics)
+        self.hoverInfo.emit(text)
+
+    def _cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
+        if self._rgba.size == 0 or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        point = self.plot.vb.mapSceneToView(scene_pos)
+        row, col = math.floor(point.y()), math.floor(point.x())
+        rows, length = self._rgba.shape[:2]
+        if 0 <= row < rows and 0 <= col < length:
+            return row, col
+        return None

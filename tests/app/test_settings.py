@@ -1,0 +1,80 @@
+"""Settings round-trip, recent-model order and the corrupt-file fallback."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from app.settings import MAX_RECENT, Settings
+
+
+def test_missing_file_gives_defaults_without_warning(tmp_path):
+    settings, warning = Settings.load(tmp_path / "none.json")
+    assert warning is None
+    assert settings == Settings()
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / "sub" / "settings.json"
+    s = Settings(geometry="AdnQywAD", last_prompt="def f():", last_method="h2o", last_ratio=0.4, last_bits=4)
+    s.add_recent_model("/models/a")
+    assert s.save(path) is None
+    loaded, warning = Settings.load(path)
+    assert warning is None
+    assert loaded == s
+    assert loaded.last_bits == 4 and loaded.recent_models == ["/models/a"]
+    assert not [p for p in path.parent.iterdir() if p.name != "settings.json"], "temp file left behind"
+
+
+def test_recent_models_most_recent_first_capped():
+    s = Settings()
+    for i in range(MAX_RECENT + 5):
+        s.add_recent_model(f"m{i}")
+    s.add_recent_model("m7")
+    assert s.recent_models[0] == "m7"
+    assert len(s.recent_models) == MAX_RECENT
+    assert s.recent_models.count("m7") == 1
+    assert s.recent_models[1] == f"m{MAX_RECENT + 4}"
+
+
+def test_corrupt_file_falls_back_with_warning(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text("{ not json", encoding="utf-8")
+    settings, warning = Settings.load(path)
+    assert settings == Settings()
+    assert warning and "corrupt" in warning
+
+
+def test_invalid_fields_fall_back_individually(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"last_ratio": "lots", "last_prompt": "hi", "recent_models": [1, 2]}))
+    settings, warning = Settings.load(path)
+    assert settings.last_prompt == "hi"
+    assert settings.last_ratio == Settings().last_ratio
+    assert settings.recent_models == []
+    assert "last_ratio" in warning and "recent_models" in warning
+
+
+def test_non_object_and_binary_files(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text("[1, 2]")
+    assert Settings.load(path)[1] is not None
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    settings, warning = Settings.load(path)
+    assert settings == Settings() and warning
+
+
+def test_save_to_unwritable_folder_returns_warning(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    warning = Settings().save(blocker / "settings.json")
+    assert warning and "Could not save" in warning
+
+
+def test_default_path_is_in_config_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    from app.settings import default_path
+
+    if sys.platform.startswith("linux"):
+        assert str(default_path()).startswith(str(tmp_path))
+    assert default_path().name == "settings.json"

@@ -1,0 +1,118 @@
+"""CompressionControls: config dict, signals on every change, invalid choices disabled with a reason."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QSlider
+
+from app.widgets.controls import DEFAULT_METHODS, DEFAULTS, CompressionControls
+
+
+@pytest.fixture
+def controls(qtbot):
+    widget = CompressionControls()
+    qtbot.addWidget(widget)
+    return widget
+
+
+def test_defaults_and_object_names(controls):
+    assert controls.config() == DEFAULTS
+    assert [controls.methodCombo.itemText(i) for i in range(controls.methodCombo.count())] == DEFAULT_METHODS
+    assert controls.findChild(QSlider, "retentionSlider") is controls.retentionSlider
+    assert controls.autoRegenerateCheck.isChecked() and controls.auto_regenerate()
+    assert controls.retentionLabel.text() == "25 %"
+    assert controls.bitsLabel.text() == "16 (off)"
+
+
+def test_custom_methods(qtbot):
+    widget = CompressionControls(methods=["snapkv", "knorm"])
+    qtbot.addWidget(widget)
+    assert widget.methodCombo.count() == 2
+
+
+def test_retention_slider_emits_ratio(controls, qtbot):
+    with qtbot.waitSignal(controls.configChanged) as blocker:
+        controls.retentionSlider.setValue(40)
+    assert blocker.args[0]["ratio"] == pytest.approx(0.40)
+    assert controls.retentionLabel.text() == "40 %"
+    controls.retentionSlider.setValue(0)
+    assert controls.config()["ratio"] == pytest.approx(0.01)
+
+
+def test_bits_slider_steps_and_keyboard(controls, qtbot):
+    controls.bitsSlider.setValue(0)
+    values = []
+    controls.configChanged.connect(lambda c: values.append(c["bits"]))
+    controls.bitsSlider.setFocus()
+    for _ in range(7):
+        qtbot.keyClick(controls.bitsSlider, Qt.Key.Key_Right)
+    assert values == [3, 4, 5, 6, 8, None]
+    assert controls.bitsLabel.text() == "16 (off)"
+
+
+def test_set_config_round_trip_emits_once(controls, qtbot):
+    wanted = {
+        "method": "h2o",
+        "ratio": 0.5,
+        "bits": 4,
+        "group_size": 32,
+        "per_head": False,
+        "window": 32,
+        "n_sink": 8,
+        "kernel": 7,
+    }
+    emitted = []
+    controls.configChanged.connect(emitted.append)
+    controls.set_config(wanted)
+    assert emitted == [wanted]
+    assert controls.config() == wanted
+    assert controls.bitsLabel.text() == "4-bit"
+    with pytest.raises(ValueError):
+        controls.set_config({"bits": 7})
+
+
+def test_every_control_emits(controls, qtbot):
+    for change in (
+        lambda: controls.methodCombo.setCurrentText(
+            "snapkv" if controls.methodCombo.currentText() != "snapkv" else "h2o"
+        ),
+        lambda: controls.perHeadCheck.toggle(),
+        lambda: controls.windowSpin.setValue(16),
+        lambda: controls.kernelSpin.setValue(3),
+        lambda: controls.bitsSlider.setValue(2),
+        lambda: controls.groupSizeCombo.setCurrentIndex(2),
+    ):
+        with qtbot.waitSignal(controls.configChanged, timeout=500):
+            change()
+    controls.set_config({"method": "streaming_llm"})
+    with qtbot.waitSignal(controls.configChanged, timeout=500) as blocker:
+        controls.sinkSpin.setValue(2)
+    assert blocker.args[0]["n_sink"] == 2
+
+
+def test_group_size_disabled_for_head_dim(controls):
+    controls.set_config({"bits": 4, "group_size": 128})
+    controls.set_head_dim(32)
+    combo = controls.groupSizeCombo
+    assert controls.config()["group_size"] == 32
+    flags = [combo.model().flags(combo.model().index(i, 0)) & Qt.ItemFlag.ItemIsEnabled for i in range(3)]
+    assert [bool(f) for f in flags] == [True, False, False]
+    assert combo.itemData(1, Qt.ItemDataRole.ToolTipRole) == "head_dim 32 is not divisible by group size 64"
+    controls.set_head_dim(128)
+    assert all(combo.model().flags(combo.model().index(i, 0)) & Qt.ItemFlag.ItemIsEnabled for i in range(3))
+
+
+def test_irrelevant_controls_disabled_with_reason(controls):
+    controls.set_config({"method": "full", "bits": None})
+    assert not controls.retentionSlider.isEnabled()
+    assert controls.retentionSlider.toolTip() == "full keeps every position"
+    assert not controls.groupSizeCombo.isEnabled()
+    assert "16 bits" in controls.groupSizeCombo.toolTip()
+    controls.set_config({"method": "tova"})
+    assert not controls.perHeadCheck.isEnabled() and controls.config()["per_head"] is False
+    assert not controls.windowSpin.isEnabled() and "no observation window" in controls.windowSpin.toolTip()
+    controls.set_config({"method": "snapkv", "bits": 4})
+    assert controls.retentionSlider.isEnabled() and controls.windowSpin.isEnabled()
+    assert controls.groupSizeCombo.isEnabled()
+    assert controls.windowSpin.toolTip().startswith("Observation window")

@@ -1,0 +1,170 @@
+"""RetentionHeatmap: pixels follow the data, hover describes the cell, export writes real files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF
+from PySide6.QtTest import QTest
+
+from app.widgets.heatmap import EVICTED_RGBA, KEPT_RGBA, VIEW_QUANT, VIEW_SCORES, RetentionHeatmap
+
+LAYERS, HEADS, T = 4, 2, 16
+
+
+def _data(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    kept = rng.random((LAYERS * HEADS, T)) < 0.5
+    kept[:, -1] = True
+    kept[0, 0] = False
+    labels = [f"L{layer} H{h}" for layer in range(LAYERS) for h in range(HEADS)]
+    tokens = [f"tok{i}" for i in range(T)]
+    scores = rng.random((LAYERS * HEADS, T)).astype(np.float32)
+    quant = np.where(kept, rng.random((LAYERS * HEADS, T)), np.nan).astype(np.float32)
+    return kept, labels, tokens, scores, quant
+
+
+@pytest.fixture
+def heatmap(qtbot):
+    widget = RetentionHeatmap()
+    widget.resize(800, 500)
+    qtbot.addWidget(widget)
+    widget.show()
+    qtbot.waitExposed(widget)
+    kept, labels, tokens, scores, quant = _data()
+    widget.set_data(kept, labels, tokens, scores, quant, LAYERS, HEADS)
+    qtbot.wait(30)  # let the axes size themselves to the new labels before mapping mouse positions
+    return widget
+
+
+def test_object_name_and_kept_pixels(heatmap):
+    kept = _data()[0]
+    img = heatmap.image_rgba()
+    assert heatmap.objectName() == "heatmapView"
+    assert img.shape == (LAYERS * HEADS, T, 4)
+    assert (img[kept] == KEPT_RGBA).all()
+    assert (img[~kept] == EVICTED_RGBA).all()
+
+
+def test_pixels_change_when_retention_changes(heatmap):
+    kept, labels, tokens, scores, quant = _data()
+    before = heatmap.image_rgba()
+    kept2 = kept.copy()
+    kept2[3, 5] = not kept2[3, 5]
+    heatmap.set_data(kept2, labels, tokens, scores, quant, LAYERS, HEADS)
+    after = heatmap.image_rgba()
+    changed = np.argwhere((before != after).any(axis=-1))
+    assert changed.tolist() == [[3, 5]]
+
+
+def test_scores_view_shows_colour_bar_and_dims_evicted(heatmap):
+    kept, *_ = _data()
+    heatmap.set_view(VIEW_SCORES)
+    img = heatmap.image_rgba().astype(int)
+    assert heatmap.colorBar.isVisible() and not heatmap.legendLabel.isVisible()
+    brightness = img[..., :3].sum(axis=-1)
+    assert brightness[kept].mean() > 2 * brightness[~kept].mean()
+    lo, hi = heatmap.colorBar.levels()
+    assert lo == pytest.approx(float(_data()[3].min())) and hi == pytest.approx(float(_data()[3].max()))
+
+
+def test_quant_view_and_unavailable_views(heatmap):
+    kept, labels, tokens, *_ = _data()
+    heatmap.set_view(VIEW_QUANT)
+    img = heatmap.image_rgba()
+    assert (img[~kept] == EVICTED_RGBA).all()
+    assert len(np.unique(img[kept].reshape(-1, 4), axis=0)) > 5
+    heatmap.set_data(kept, labels, tokens, None, None, LAYERS, HEADS)
+    assert heatmap.view() == "Kept"
+    item = heatmap.viewCombo.model().item(2)
+    assert not item.isEnabled() and "not quantized" in item.toolTip()
+
+
+def test_layer_selection_shows_only_its_heads(heatmap):
+    kept = _data()[0]
+    heatmap.set_layer(2)
+    img = heatmap.image_rgba()
+    assert img.shape == (HEADS, T, 4)
+    assert (img[kept[4:6]] == KEPT_RGBA).all()
+    assert heatmap.info_at(1, 3).startswith("Layer 2 · kv-head 1 · position 3")
+    heatmap.set_layer(None)
+    assert heatmap.image_rgba().shape[0] == LAYERS * HEADS
+
+
+def test_hover_emits_info_and_sets_tooltip(heatmap, qtbot):
+    vb = heatmap.plot.vb
+    view = heatmap.graphics
+    point = view.mapFromScene(vb.mapViewToScene(QPointF(0.5, 0.5)))
+    with qtbot.waitSignal(heatmap.hoverInfo, timeout=2000) as blocker:
+        QTest.mouseMove(view.viewport(), point)
+    text = blocker.args[0]
+    assert (
+        text
+        == "Layer 0 · kv-head 0 · position 0 · token 'tok0' · score " + f"{_data()[3][0, 0]:.4g} · evicted"
+    )
+    assert view.toolTip() == text
+    point = view.mapFromScene(vb.mapViewToScene(QPointF(T - 0.5, 2.5)))
+    qtbot.wait(50)  # pyqtgraph drops mouse moves that follow each other too closely
+    with qtbot.waitSignal(heatmap.hoverInfo, timeout=2000) as blocker:
+        QTest.mouseMove(view.viewport(), point)
+    assert blocker.args[0].startswith("Layer 1 · kv-head 0 · position 15 · token 'tok15'")
+    assert blocker.args[0].endswith("kept")
+
+
+def test_highlight_position_marker(heatmap):
+    heatmap.highlight_position(7)
+    assert heatmap.marker.isVisible() and heatmap.marker.value() == 7.5
+    heatmap.highlight_position(None)
+    assert not heatmap.marker.isVisible()
+
+
+def test_x_axis_shows_tokens_when_zoomed_in(heatmap, qtbot):
+    axis = heatmap._x_axis
+    width = heatmap.plot.vb.width()
+    heatmap.plot.setXRange(0, 4, padding=0)
+    values = axis.tickValues(0, 4, width)
+    assert axis.tickStrings(values[0][1], 1, 1) == ["tok0", "tok1", "tok2", "tok3"]
+    values = axis.tickValues(0, 4000, width)
+    assert all(s.isdigit() for s in axis.tickStrings(values[0][1], 1, values[0][0]))
+
+
+def test_rejects_mismatched_shapes(heatmap):
+    kept, labels, tokens, scores, quant = _data()
+    with pytest.raises(ValueError):
+        heatmap.set_data(kept, labels[:-1], tokens, scores, quant, LAYERS, HEADS)
+    with pytest.raises(ValueError):
+        heatmap.set_data(kept, labels, tokens, scores[:, :-1], quant, LAYERS, HEADS)
+
+
+@pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG\r\n\x1a\n"), (".svg", b"<?xml")])
+def test_export_image(heatmap, tmp_path, suffix, magic):
+    heatmap.set_view(VIEW_SCORES)
+    path = tmp_path / f"heatmap{suffix}"
+    heatmap.export_image(path)
+    data = path.read_bytes()
+    assert data.startswith(magic) and len(data) > 500
+    if suffix == ".svg":
+        assert b"<svg" in data and b"<image" in data
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_export_rejects_unknown_suffix_and_unwritable_folder(heatmap, tmp_path):
+    with pytest.raises(ValueError):
+        heatmap.export_image(tmp_path / "x.bmp")
+    with pytest.raises(OSError):
+        heatmap.export_image(tmp_path / "missing" / "x.png")
+
+
+def test_large_cache_image_shape(qtbot):
+    widget = RetentionHeatmap()
+    qtbot.addWidget(widget)
+    rows, length = 32 * 8, 8192
+    rng = np.random.default_rng(1)
+    kept = rng.random((rows, length)) < 0.25
+    labels = [f"L{layer} H{h}" for layer in range(32) for h in range(8)]
+    scores = rng.random((rows, length), dtype=np.float32)
+    widget.set_data(kept, labels, [str(i) for i in range(length)], scores, None, 32, 8)
+    assert widget.image_rgba().shape == (rows, length, 4)
+    widget.set_view(VIEW_SCORES)
+    assert widget.image_rgba().shape == (rows, length, 4)
+    assert widget.image.image.shape == (rows, length, 4)
