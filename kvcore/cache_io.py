@@ -1,0 +1,205 @@
+"""Save and load KV caches (dense, quantized, sparse, ragged) as safetensors arrays plus JSON metadata.
+
+mlx-lm's `save_prompt_cache` cannot restore our classes (it looks class names up in its own module), and pickle
+would run code from the file. The file here is a plain safetensors file: arrays named `<layer>.<field>` and one
+metadata entry, `kvlens`, holding JSON with the format version, every layer's class and scalars, the caller's
+metadata and a SHA-256 digest over that JSON and all array bytes, so truncation and tampering are detected before a
+cache is built. Classes are looked up in a fixed table, never by an arbitrary name. Writes are atomic: a temp file
+in the target folder, flushed, then `os.replace`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import KVCache, QuantizedKVCache
+
+from kvcore.caches import SparseKVCache, SparseQuantizedKVCache, validate_quantization
+
+FORMAT = "kvlens-cache"
+VERSION = 1
+_KEY = "kvlens"
+_CLASSES = {
+    "KVCache": KVCache,
+    "QuantizedKVCache": QuantizedKVCache,
+    "SparseKVCache": SparseKVCache,
+    "SparseQuantizedKVCache": SparseQuantizedKVCache,
+}
+
+
+def _fields(layer: Any) -> tuple[dict[str, mx.array], dict[str, Any]]:
+    """Arrays and JSON scalars of one layer."""
+    info: dict[str, Any] = {"class": type(layer).__name__, "offset": int(layer.offset)}
+    if getattr(layer, "bits", None) is not None:
+        info["bits"], info["group_size"] = int(layer.bits), int(layer.group_size)
+    if layer.keys is None:
+        info["empty"] = True
+        return {}, info
+    k, v = layer.keys_and_values()
+    arrays: dict[str, mx.array] = {}
+    for name, x in (("keys", k), ("values", v)):
+        parts = tuple(x) if isinstance(x, (tuple, list)) else (x,)
+        for j, p in enumerate(parts):
+            arrays[f"{name}.{j}"] = p
+    if isinstance(layer, (SparseKVCache, SparseQuantizedKVCache)):
+        _, _, selection, counts, _ = layer._state_rows()
+        arrays["selection"] = selection
+        info["prefix_counts"] = np.asarray(counts).tolist()
+        info["kept_counts"] = layer.kept_counts.tolist()
+    return arrays, info
+
+
+def _digest(header: dict[str, Any], arrays: dict[str, mx.array]) -> str:
+    h = hashlib.sha256(json.dumps(header, sort_keys=True).encode())
+    for name in sorted(arrays):
+        x = arrays[name]
+        raw = np.asarray(x.view(mx.uint16) if x.dtype == mx.bfloat16 else x)
+        h.update(f"{name}|{x.dtype}|{tuple(x.shape)}|".encode())
+        h.update(np.ascontiguousarray(raw).tobytes())
+    return h.hexdigest()
+
+
+def save_cache(path: str | os.PathLike, cache: Sequence[Any], metadata: dict | None = None) -> None:
+    """Write `cache` (any mix of KVCache, QuantizedKVCache, SparseKVCache, SparseQuantizedKVCache) atomically.
+
+    `metadata` must be JSON-serializable; it comes back from `load_cache`. Other layer classes (rotating window,
+    SSM state) are refused with a ValueError rather than saved in a form that could not be restored faithfully.
+    """
+    path = Path(path)
+    arrays: dict[str, mx.array] = {}
+    layers = []
+    for i, layer in enumerate(cache):
+        if type(layer) not in _CLASSES.values():
+            raise ValueError(
+                f"{path}: layer {i} is a {type(layer).__name__}; only {sorted(_CLASSES)} layers can be saved"
+            )
+        fields, info = _fields(layer)
+        arrays.update({f"{i}.{k}": v for k, v in fields.items()})
+        layers.append(info)
+    header = {"format": FORMAT, "version": VERSION, "layers": layers, "metadata": metadata or {}}
+    try:
+        json.dumps(header)
+    except TypeError as e:
+        raise ValueError(f"{path}: metadata must be JSON-serializable ({e})") from e
+    mx.eval(list(arrays.values()))
+    header["sha256"] = _digest(header, arrays)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".safetensors")
+    os.close(fd)
+    try:
+        mx.save_safetensors(tmp, arrays, {_KEY: json.dumps(header, sort_keys=True)})
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _read_header(path: Path) -> dict[str, Any]:
+    """The kvlens JSON of a safetensors file, after checking the file is complete."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{path}: truncated or not a safetensors file ({size} bytes)")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise ValueError(
+                f"{path}: truncated (header wants {n} bytes, file has {size - 8} after the length)"
+            )
+        try:
+            table = json.loads(f.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a safetensors file (header is not JSON: {e})") from e
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: not a safetensors file (header is not a JSON object)")
+    meta = table.pop("__metadata__", None) or {}
+    if _KEY not in meta:
+        raise ValueError(
+            f"{path}: not a KV Lens cache file (no '{_KEY}' metadata; was it saved by save_cache?)"
+        )
+    try:
+        end = max((int(t["data_offsets"][1]) for t in table.values()), default=0)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise ValueError(f"{path}: not a safetensors file (bad tensor table: {e!r})") from e
+    if end != size - 8 - n:
+        raise ValueError(
+            f"{path}: truncated or padded: arrays need {end} data bytes, the file holds {size - 8 - n}"
+        )
+    try:
+        header = json.loads(meta[_KEY])
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: corrupt KV Lens metadata ({e})") from e
+    if header.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {header.get('format')!r}, expected {FORMAT!r}")
+    if header.get("version") != VERSION:
+        raise ValueError(
+            f"{path}: format version {header.get('version')!r}; this KV Lens reads version {VERSION}"
+        )
+    return header
+
+
+def _build(info: dict[str, Any], arrays: dict[str, mx.array], where: str) -> Any:
+    cls = _CLASSES.get(info.get("class"))
+    if cls is None:
+        raise ValueError(f"{where}: unknown cache class {info.get('class')!r}; allowed {sorted(_CLASSES)}")
+    quantized = cls in (QuantizedKVCache, SparseQuantizedKVCache)
+    if quantized:
+        validate_quantization(info["bits"], info["group_size"])
+    layer = cls(group_size=info["group_size"], bits=info["bits"]) if quantized else cls()
+    layer.offset = int(info["offset"])
+    if info.get("empty"):
+        return layer
+    n_parts = 3 if quantized else 1
+    try:
+        k = tuple(arrays[f"keys.{j}"] for j in range(n_parts))
+        v = tuple(arrays[f"values.{j}"] for j in range(n_parts))
+    except KeyError as e:
+        raise ValueError(f"{where}: missing array {e}") from e
+    if not quantized:
+        k, v = k[0], v[0]
+    if cls in (SparseKVCache, SparseQuantizedKVCache):
+        if "selection" not in arrays:
+            raise ValueError(f"{where}: missing array 'selection'")
+        counts = mx.array(np.asarray(info["prefix_counts"], dtype=np.int32))
+        state: tuple = (k, v, arrays["selection"], counts, layer.offset)
+        layer.state = (*state, info["group_size"], info["bits"]) if quantized else state
+    else:
+        layer.keys, layer.values = k, v
+    return layer
+
+
+def load_cache(path: str | os.PathLike) -> tuple[list, dict]:
+    """Read a file written by `save_cache`: (cache, metadata). ValueError names the file and what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    header = _read_header(path)
+    try:
+        arrays = mx.load(str(path), format="safetensors")
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read the arrays ({e})") from e
+    expected = header.pop("sha256", None)
+    if expected is None or _digest(header, arrays) != expected:
+        raise ValueError(
+            f"{path}: SHA-256 digest mismatch: the file was modified or damaged after it was saved"
+        )
+    cache = []
+    try:
+        for i, info in enumerate(header["layers"]):
+            prefix = f"{i}."
+            own = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+            cache.append(_build(info, own, f"{path}: layer {i}"))
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: inconsistent KV Lens metadata ({e!r})") from e
+    return cache, header.get("metadata", {})

@@ -1,0 +1,701 @@
+"""KV caches that keep a subset of token positions, per layer and per kv-head, on top of mlx-lm 0.32.
+
+mlx-lm stores post-RoPE keys and values as [B, H_kv, T, head_dim] with a logical `offset` that RoPE uses for the
+next token. The caches here keep only some rows (positions) yet keep `offset` logical, so appended tokens get their
+true positions while kept keys carry their own, already rotated in.
+
+Layout of a sparse layer (both the fp and the packed-quantized form):
+
+    rows [0, n_prefix)          the selection; head h's first `prefix_counts[h]` rows are real, the rest padding
+    rows [n_prefix, n_rows)     appended tokens, written at the same row in every head
+    rows [n_rows, capacity)     spare room, grown in steps of 256 so a decode step never copies the layer
+
+A layer whose heads keep different counts (AdaKV budgets, "ragged") is stored padded to its longest head: one array
+and one fused attention call per layer, with memory really saved against dense. The padding is hidden from attention
+by `per_head_mask`, which `kvcore.attention.sdpa` uses in place of the model's shared mask (mlx-lm builds that one
+from `cache[0]`, so it cannot describe one layer's padding). Layers with equal counts need no per-head mask:
+`make_mask` returns "causal" for several new tokens, which both attention paths align bottom-right, correct for any
+kept count, and None for one.
+
+Position indices given to `select_positions` are rows of each head's retained content: for a dense cache these are
+the token positions themselves; for a sparse cache they index its `retained_positions`, so selections compose.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx.utils import tree_flatten, tree_map
+from mlx_lm.models.cache import KVCache, QuantizedKVCache
+
+ALLOWED_BITS = (2, 3, 4, 5, 6, 8)
+ALLOWED_GROUP_SIZES = (32, 64, 128)
+STEP = 256
+
+__all__ = [
+    "ALLOWED_BITS",
+    "ALLOWED_GROUP_SIZES",
+    "SparseKVCache",
+    "SparseQuantizedKVCache",
+    "cache_tensor_bytes",
+    "compressible_layers",
+    "copy_cache",
+    "dense_bytes_formula",
+    "incompressible_reason",
+    "quantize_cache",
+    "select_positions",
+    "to_sparse_all",
+    "validate_quantization",
+]
+
+
+def validate_quantization(bits: int, group_size: int, head_dim: int | None = None) -> None:
+    """Raise a ValueError that says what `mx.quantize` allows, before it fails with a less helpful message."""
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits not in ALLOWED_BITS:
+        raise ValueError(f"bits={bits!r} is not supported: mx.quantize allows bits in {ALLOWED_BITS}")
+    if (
+        isinstance(group_size, bool)
+        or not isinstance(group_size, (int, np.integer))
+        or group_size not in ALLOWED_GROUP_SIZES
+    ):
+        raise ValueError(
+            f"group_size={group_size!r} is not supported: mx.quantize allows group sizes {ALLOWED_GROUP_SIZES}"
+        )
+    if head_dim is not None and head_dim % group_size:
+        allowed = [g for g in ALLOWED_GROUP_SIZES if head_dim % g == 0]
+        raise ValueError(
+            f"group_size={group_size} does not divide head_dim={head_dim}: quantization groups run along "
+            f"head_dim, so use one of {allowed or 'none (this head_dim cannot be quantized)'}"
+        )
+
+
+def _parts(x: Any) -> tuple[mx.array, ...]:
+    """The stored arrays of keys or values: one fp array, or (packed, scales, biases)."""
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _rows(buf: mx.array, n: int) -> mx.array:
+    return buf if buf.shape[2] == n else buf[..., :n, :]
+
+
+class _SparseRows:
+    """Row bookkeeping shared by the fp and the quantized sparse cache (see the module docstring for the layout).
+
+    `_selection` [H_kv, n_prefix] int32 holds the logical positions of the selected rows (padding entries are
+    arbitrary); `_prefix_counts` [H_kv] how many of them are real per head. Appends only move `_n_rows` and
+    `offset`, so per-token cost is the slice write alone; positions and counts are derived on demand.
+    """
+
+    keys: Any
+    values: Any
+    offset: int
+
+    def _reset(self) -> None:
+        self.keys = None
+        self.values = None
+        self.offset = 0
+        self._selection: mx.array | None = None
+        self._prefix_counts: np.ndarray | None = None
+        self._n_rows = 0
+        self._pad_valid: mx.array | None = None
+        self._selection_np: np.ndarray | None = None
+
+    def _set_rows(
+        self, keys: Any, values: Any, selection: mx.array, prefix_counts: np.ndarray, offset: int
+    ) -> None:
+        self.keys, self.values = keys, values
+        self._selection = selection
+        self._prefix_counts = np.asarray(prefix_counts, dtype=np.int32)
+        self._n_rows = int(_parts(keys)[0].shape[2])
+        self.offset = int(offset)
+        self._pad_valid = None
+        self._selection_np = None
+
+    # Stored form: subclasses turn new fp keys into their stored parts and back.
+    def _encode(self, x: mx.array) -> tuple[mx.array, ...]:
+        raise NotImplementedError
+
+    def _wrap(self, parts: Sequence[mx.array]) -> Any:
+        raise NotImplementedError
+
+    @property
+    def n_heads(self) -> int:
+        return 0 if self.keys is None else int(_parts(self.keys)[0].shape[1])
+
+    @property
+    def n_prefix(self) -> int:
+        """Stored rows that came from the selection (padded width for a ragged layer)."""
+        return 0 if self._selection is None else int(self._selection.shape[1])
+
+    @property
+    def n_appended(self) -> int:
+        return self._n_rows - self.n_prefix
+
+    @property
+    def n_kept(self) -> int:
+        """Rows attention sees per head: every head's kept count, or the padded width when ragged."""
+        return self._n_rows
+
+    @property
+    def is_ragged(self) -> bool:
+        return self._prefix_counts is not None and bool(np.any(self._prefix_counts != self.n_prefix))
+
+    @property
+    def kept_counts(self) -> np.ndarray:
+        """Real positions kept per kv-head, [H_kv] int: selection plus every appended token."""
+        if self._prefix_counts is None:
+            return np.zeros(0, dtype=np.int64)
+        return self._prefix_counts.astype(np.int64) + self.n_appended
+
+    @property
+    def retained_positions(self) -> list[np.ndarray]:
+        """Logical token position of each real stored row, one int32 array per kv-head, in row order."""
+        if self._selection is None:
+            return []
+        if self._selection_np is None:
+            self._selection_np = np.asarray(self._selection, dtype=np.int32)
+        tail = np.arange(self.offset - self.n_appended, self.offset, dtype=np.int32)
+        return [
+            np.concatenate([self._selection_np[h, :n], tail])
+            for h, n in enumerate(self._prefix_counts.tolist())
+        ]
+
+    def size(self) -> int:
+        return self._n_rows
+
+    def empty(self) -> bool:
+        return self.keys is None
+
+    def is_trimmable(self) -> bool:
+        return False
+
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
+        """None for one new token, "causal" for several: bottom-right aligned, right for any kept count.
+
+        `return_array=True` gets an explicit bottom-right mask sized for this layer, which is only right for the
+        other layers when they store as many rows; mlx-lm's llama/qwen families never ask for it.
+        """
+        if window_size is not None:
+            raise ValueError(
+                f"window_size={window_size}: a sliding-window mask over logical positions cannot be built "
+                "for a sparse layer; sliding-window layers must stay uncompressed (pass None for them)"
+            )
+        if N == 1:
+            return None
+        if return_array:
+            total = self._n_rows + N
+            return mx.arange(self._n_rows, total)[:, None] >= mx.arange(total)[None]
+        return "causal"
+
+    def per_head_mask(self, n_queries: int) -> mx.array | None:
+        """[1, H_kv, n_queries, n_rows] bool for a ragged layer (padding off, new tokens causal), else None.
+
+        Called by `kvcore.attention.sdpa` after `update_and_fetch`, so the queries are the last appended rows.
+        """
+        if not self.is_ragged:
+            return None
+        h, n_prefix = self.n_heads, self.n_prefix
+        if self._pad_valid is None:
+            valid = np.arange(n_prefix)[None, :] < self._prefix_counts[:, None]
+            self._pad_valid = mx.array(valid)[None, :, None, :]
+        n_app = self.n_appended
+        causal = mx.arange(n_app - n_queries, n_app)[:, None] >= mx.arange(n_app)[None]
+        return mx.concatenate(
+            [
+                mx.broadcast_to(self._pad_valid, (1, h, n_queries, n_prefix)),
+                mx.broadcast_to(causal[None, None], (1, h, n_queries, n_app)),
+            ],
+            axis=-1,
+        )
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
+        n_new = keys.shape[2]
+        new_k, new_v = self._encode(keys), self._encode(values)
+        if self.keys is None:
+            self._set_rows(
+                self._wrap(new_k),
+                self._wrap(new_v),
+                mx.zeros((keys.shape[1], 0), dtype=mx.int32),
+                np.zeros(keys.shape[1], dtype=np.int32),
+                self.offset,
+            )
+            self._n_rows = 0
+        else:
+            self._reserve(n_new)
+            start = self._n_rows
+            for buf, new in zip(_parts(self.keys) + _parts(self.values), new_k + new_v, strict=True):
+                buf[..., start : start + n_new, :] = new
+        self._n_rows += n_new
+        self.offset += n_new
+        return self.keys_and_values()
+
+    def _reserve(self, n_new: int) -> None:
+        """Grow every buffer by whole steps of 256 rows when the new rows do not fit."""
+        capacity = _parts(self.keys)[0].shape[2]
+        if self._n_rows + n_new <= capacity:
+            return
+        extra = -(-n_new // STEP) * STEP
+
+        def grow(buf: mx.array) -> mx.array:
+            spare = mx.zeros((*buf.shape[:2], extra, buf.shape[3]), dtype=buf.dtype)
+            return mx.concatenate([_rows(buf, self._n_rows), spare], axis=2)
+
+        self.keys = self._wrap([grow(b) for b in _parts(self.keys)])
+        self.values = self._wrap([grow(b) for b in _parts(self.values)])
+
+    def keys_and_values(self) -> tuple[Any, Any]:
+        n = self._n_rows
+        return (
+            self._wrap([_rows(b, n) for b in _parts(self.keys)]),
+            self._wrap([_rows(b, n) for b in _parts(self.values)]),
+        )
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored rows (padding included, spare capacity not)."""
+        if self.keys is None:
+            return 0
+        total = 0
+        for buf in _parts(self.keys) + _parts(self.values):
+            total += buf.nbytes // buf.shape[2] * self._n_rows if buf.shape[2] else 0
+        return int(total)
+
+    def _state_rows(self) -> tuple[Any, Any, mx.array, mx.array, int]:
+        k, v = self.keys_and_values()
+        return k, v, self._selection, mx.array(self._prefix_counts), self.offset
+
+
+class SparseKVCache(_SparseRows, KVCache):
+    """Dense-dtype cache over kept positions with a logical offset; B0 and B3-B6 caches are this class.
+
+    Differs from the seed: appends write into a buffer grown by 256 rows (no per-token copy), heads may keep
+    different counts, and `retained_positions` / `kept_counts` stay right after appends. `n_kept` is a
+    read-only property (rows per head, padded width when ragged).
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _encode(self, x: mx.array) -> tuple[mx.array, ...]:
+        return (x,)
+
+    def _wrap(self, parts: Sequence[mx.array]) -> mx.array:
+        return parts[0]
+
+    @classmethod
+    def from_dense(
+        cls, keys: mx.array, values: mx.array, logical_offset: int, indices: Any = None
+    ) -> SparseKVCache:
+        """Cache over `keys`/`values` [B, H_kv, T, head_dim] (rows = positions), keeping `indices` (all if None)."""
+        src = KVCache()
+        src.keys, src.values, src.offset = keys, values, int(keys.shape[2])
+        if indices is None:
+            out = to_sparse_all([src])[0]
+            out.offset = int(logical_offset)
+            return out
+        return select_positions([src], [indices], logical_offset)[0]
+
+    @classmethod
+    def from_kvcache(
+        cls, src: KVCache, indices: Any = None, logical_offset: int | None = None
+    ) -> SparseKVCache:
+        """Sparse view of one mlx-lm KVCache layer (all positions when `indices` is None)."""
+        if indices is None:
+            out = to_sparse_all([src])[0]
+            if logical_offset is not None:
+                out.offset = int(logical_offset)
+            return out
+        return select_positions([src], [indices], logical_offset)[0]
+
+    def to_quantized(self, group_size: int = 64, bits: int = 4) -> SparseQuantizedKVCache:
+        """Pack the kept rows (B2 on top of a selection); layout, positions and offset are unchanged."""
+        return quantize_cache([self], bits=bits, group_size=group_size)[0]
+
+    @property
+    def state(self) -> tuple[Any, ...]:
+        return self._state_rows()
+
+    @state.setter
+    def state(self, v: tuple[Any, ...]) -> None:
+        self._reset()
+        keys, values, selection, counts, offset = v
+        self._set_rows(keys, values, selection, np.asarray(counts), offset)
+
+
+class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
+    """Packed (mx.quantize) cache over kept positions, executed by mlx-lm's quantized attention."""
+
+    def __init__(self, group_size: int = 64, bits: int = 8) -> None:
+        validate_quantization(bits, group_size)
+        self._reset()
+        self.group_size = group_size
+        self.bits = bits
+
+    def _encode(self, x: mx.array) -> tuple[mx.array, ...]:
+        if x.shape[-1] % self.group_size:
+            validate_quantization(self.bits, self.group_size, x.shape[-1])
+        return tuple(mx.quantize(x, group_size=self.group_size, bits=self.bits))
+
+    def _wrap(self, parts: Sequence[mx.array]) -> tuple[mx.array, ...]:
+        return tuple(parts)
+
+    @property
+    def state(self) -> tuple[Any, ...]:
+        return (*self._state_rows(), self.group_size, self.bits)
+
+    @state.setter
+    def state(self, v: tuple[Any, ...]) -> None:
+        self._reset()
+        keys, values, selection, counts, offset, group_size, bits = v
+        validate_quantization(int(bits), int(group_size))
+        self.group_size, self.bits = int(group_size), int(bits)
+        self._set_rows(tuple(keys), tuple(values), selection, np.asarray(counts), offset)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Which layers can be compressed
+
+
+def incompressible_reason(layer: Any) -> str | None:
+    """None for a full-attention KV layer; otherwise why it is passed through untouched."""
+    if type(layer) in (KVCache, QuantizedKVCache, SparseKVCache, SparseQuantizedKVCache):
+        if layer.keys is None:
+            return f"{type(layer).__name__} is empty (nothing prefilled yet)"
+        return None
+    name = type(layer).__name__
+    if name == "RotatingKVCache":
+        return "RotatingKVCache: sliding-window layer, its positions are already bounded by the window"
+    if name in ("ArraysCache", "MambaCache"):
+        return f"{name}: recurrent (SSM) state, not a per-position key/value cache"
+    return f"{name}: not a plain mlx-lm KVCache, left untouched"
+
+
+def compressible_layers(cache: Sequence[Any]) -> list[bool]:
+    """Per layer, whether select_positions / quantize_cache can act on it (others pass through untouched)."""
+    return [incompressible_reason(c) is None for c in cache]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reading a source layer
+
+
+class _Source:
+    """A compressible layer seen as per-head rows of stored parts; `cols(rows)` maps rows to buffer rows."""
+
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+        self.quantized = hasattr(layer, "bits")
+        self.k_parts = _parts(layer.keys)
+        self.v_parts = _parts(layer.values)
+        self.capacity = int(self.k_parts[0].shape[2])
+        self.n_heads = int(self.k_parts[0].shape[1])
+        if isinstance(layer, _SparseRows):
+            self.n_stored = layer.n_kept
+            self.rows_per_head = layer.kept_counts
+            self.ragged = layer.is_ragged
+        else:
+            self.n_stored = int(layer.offset)
+            self.rows_per_head = np.full(self.n_heads, self.n_stored, dtype=np.int64)
+            self.ragged = False
+
+    def cols(self, rows: mx.array) -> mx.array:
+        """Buffer rows of per-head content rows [H_kv, n] (identity unless the layer is ragged)."""
+        if not self.ragged:
+            return rows
+        prefix = mx.array(self.layer._prefix_counts)[:, None]
+        return mx.where(rows < prefix, rows, rows - prefix + self.layer.n_prefix)
+
+    def positions(self, cols: mx.array) -> mx.array:
+        """Logical positions of buffer rows [H_kv, n]."""
+        if not isinstance(self.layer, _SparseRows):
+            return cols
+        layer = self.layer
+        tail = mx.arange(layer.offset - layer.n_appended, layer.offset, dtype=mx.int32)
+        by_col = mx.concatenate(
+            [layer._selection, mx.broadcast_to(tail[None], (self.n_heads, layer.n_appended))], axis=1
+        )
+        return mx.take_along_axis(by_col, cols, axis=1)
+
+
+def _gather(buf: mx.array, cols: mx.array) -> mx.array:
+    """Rows `cols` [H_kv, n] of buf [B, H_kv, capacity, D] in one gather over the flattened (head, row) axis."""
+    b, h, cap, d = buf.shape
+    n = cols.shape[1]
+    flat = (cols + (mx.arange(h, dtype=mx.int32) * cap)[:, None]).reshape(-1)
+    return mx.take(buf.reshape(b, h * cap, d), flat, axis=1).reshape(b, h, n, d)
+
+
+def _is_int_dtype(dtype: Any) -> bool:
+    if isinstance(dtype, mx.Dtype):
+        return mx.issubdtype(dtype, mx.integer)
+    return np.issubdtype(dtype, np.integer)
+
+
+def _normalize(idx: Any, n_heads: int, where: str) -> tuple[mx.array, np.ndarray, bool]:
+    """Indices of one layer -> (padded [H_kv, n] int32 mx array, per-head counts, shared by all heads)."""
+    if isinstance(idx, (list, tuple)) and idx and not np.isscalar(idx[0]):
+        if len(idx) != n_heads:
+            raise ValueError(
+                f"{where}: got {len(idx)} per-head index arrays, the layer has H_kv={n_heads} heads"
+            )
+        heads = []
+        for h, a in enumerate(idx):
+            a = a if isinstance(a, (mx.array, np.ndarray)) else np.asarray(a)
+            if a.ndim != 1 or not _is_int_dtype(a.dtype):
+                raise ValueError(
+                    f"{where}, kv-head {h}: per-head indices must be 1-D integer arrays, "
+                    f"got shape {tuple(a.shape)} dtype {a.dtype}"
+                )
+            if a.shape[0] == 0:
+                raise ValueError(
+                    f"{where}, kv-head {h}: empty selection; every kv-head must keep >= 1 position"
+                )
+            heads.append(a)
+        counts = np.array([a.shape[0] for a in heads], dtype=np.int32)
+        width = int(counts.max())
+        if all(isinstance(a, np.ndarray) for a in heads):
+            padded = np.zeros((n_heads, width), dtype=np.int32)
+            for h, a in enumerate(heads):
+                padded[h, : a.shape[0]] = a
+            return mx.array(padded), counts, False
+        rows = [
+            mx.concatenate([mx.array(a).astype(mx.int32), mx.zeros((width - a.shape[0],), dtype=mx.int32)])
+            for a in heads
+        ]
+        return mx.stack(rows), counts, False
+    if not isinstance(idx, (mx.array, np.ndarray)):
+        idx = np.asarray(idx)
+    if not _is_int_dtype(idx.dtype):
+        raise ValueError(f"{where}: indices must be integers, got dtype {idx.dtype}")
+    if idx.ndim not in (1, 2):
+        raise ValueError(
+            f"{where}: indices of shape {tuple(idx.shape)}; allowed are 1-D [n] (shared by all heads), "
+            f"2-D [H_kv={n_heads}, n] (per head), or a sequence of H_kv 1-D arrays (ragged)"
+        )
+    if idx.ndim == 2 and idx.shape[0] != n_heads:
+        raise ValueError(f"{where}: 2-D indices have {idx.shape[0]} rows, the layer has H_kv={n_heads} heads")
+    n = idx.shape[-1]
+    if n == 0:
+        raise ValueError(f"{where}: empty selection; keep at least one position")
+    arr = mx.array(idx.astype(np.int32)) if isinstance(idx, np.ndarray) else idx.astype(mx.int32)
+    counts = np.full(n_heads, n, dtype=np.int32)
+    if idx.ndim == 1:
+        return arr, counts, True
+    return arr, counts, False
+
+
+def _check_flags(padded: mx.array, counts: np.ndarray, rows_per_head: np.ndarray) -> mx.array:
+    """[3, H_kv] lazy flags: out of range, duplicated, unsorted (evaluated together with every gather)."""
+    if padded.ndim == 1:
+        padded = padded[None]
+    h = len(counts)
+    n = padded.shape[1]
+    valid = mx.array(np.arange(n)[None, :] < counts[:, None])
+    if padded.shape[0] != h:
+        padded = mx.broadcast_to(padded, (h, n))
+    limit = mx.array(rows_per_head.astype(np.int32))[:, None]
+    out_of_range = mx.any(valid & ((padded < 0) | (padded >= limit)), axis=1)
+    step = padded[:, 1:] - padded[:, :-1]
+    pairs = valid[:, 1:]
+    return mx.stack([out_of_range, mx.any(pairs & (step == 0), axis=1), mx.any(pairs & (step < 0), axis=1)])
+
+
+def _explain(flags: np.ndarray, padded: mx.array, counts: np.ndarray, rows: np.ndarray, where: str) -> str:
+    """Error text for the first bad kv-head (only runs on the error path, so reading indices back is fine)."""
+    kind, head = (int(x[0]) for x in np.nonzero(flags))
+    arr = np.asarray(padded)
+    values = (arr if arr.ndim == 1 else arr[head])[: counts[head]]
+    head_label = " (indices shared by every kv-head)" if arr.ndim == 1 else f", kv-head {head}"
+    if kind == 0:
+        bad = values[(values < 0) | (values >= rows[head])]
+        return (
+            f"{where}{head_label}: index {int(bad[0])} out of range; allowed are 0 <= index < "
+            f"{int(rows[head])} (the rows this head holds)"
+        )
+    step = np.diff(values)
+    at = int(np.nonzero(step == 0)[0][0] if kind == 1 else np.nonzero(step < 0)[0][0])
+    if kind == 1:
+        return f"{where}{head_label}: index {int(values[at])} is duplicated; indices must be unique"
+    return (
+        f"{where}{head_label}: indices are not sorted ({int(values[at])} before {int(values[at + 1])}); "
+        "pass them in increasing order"
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The seed's public functions
+
+
+def _full_rows(layer: Any) -> SparseKVCache | SparseQuantizedKVCache:
+    """B0 form of a KVCache / QuantizedKVCache: every position, zero-copy views of its rows."""
+    n = int(layer.offset)
+    h = _parts(layer.keys)[0].shape[1]
+    selection = mx.broadcast_to(mx.arange(n, dtype=mx.int32)[None], (h, n))
+    if hasattr(layer, "bits"):
+        out = SparseQuantizedKVCache(group_size=layer.group_size, bits=layer.bits)
+    else:
+        out = SparseKVCache()
+    k, v = (out._wrap([_rows(b, n) for b in _parts(x)]) for x in (layer.keys, layer.values))
+    out._set_rows(k, v, selection, np.full(h, n, dtype=np.int32), n)
+    return out
+
+
+def _arrays(c: Any) -> list[mx.array]:
+    if getattr(c, "keys", None) is None:
+        return []
+    k, v = c.keys_and_values()
+    out = [*_parts(k), *_parts(v)]
+    if isinstance(c, _SparseRows):
+        out.append(c._selection)
+    return out
+
+
+def to_sparse_all(cache: Sequence[Any]) -> list:
+    """B0: every full-attention layer as a sparse cache keeping all positions (the 100 % retention control).
+
+    KVCache becomes SparseKVCache and mlx-lm's QuantizedKVCache becomes SparseQuantizedKVCache; sparse and other
+    layers are returned as they are. The new layers share the source's rows until either side appends (MLX arrays
+    are values, so neither sees the other's appends), which makes this O(1) in cache size.
+    """
+    out = [
+        _full_rows(c) if type(c) in (KVCache, QuantizedKVCache) and c.keys is not None else c for c in cache
+    ]
+    mx.eval([a for c in out if c is not None for a in _arrays(c)])
+    return out
+
+
+def quantize_cache(cache: Sequence[Any], bits: int, group_size: int = 64) -> list:
+    """B2: pack every fp full-attention layer's kept K/V with mx.quantize (storage and execution form).
+
+    KVCache and SparseKVCache layers become SparseQuantizedKVCache with the same rows, positions and offset
+    (ragged layers stay ragged); layers that are not KV caches pass through. Differs from the seed: a layer that is
+    already quantized raises ValueError instead of TypeError, and everything is evaluated in one `mx.eval`.
+    """
+    validate_quantization(bits, group_size)
+    out: list[Any] = []
+    for i, c in enumerate(cache):
+        if type(c) in (QuantizedKVCache, SparseQuantizedKVCache):
+            raise ValueError(
+                f"layer {i}: already quantized (bits={c.bits}, group_size={c.group_size}); "
+                "quantize the fp cache instead of re-quantizing"
+            )
+        if type(c) is KVCache and c.keys is not None:
+            c = _full_rows(c)
+        if type(c) is not SparseKVCache or c.keys is None:
+            out.append(c)
+            continue
+        validate_quantization(bits, group_size, int(c.keys.shape[-1]))
+        q = SparseQuantizedKVCache(group_size=group_size, bits=bits)
+        k, v = c.keys_and_values()
+        q._set_rows(q._encode(k), q._encode(v), c._selection, c._prefix_counts, c.offset)
+        out.append(q)
+    mx.eval([a for c in out for a in _arrays(c)])
+    return out
+
+
+def select_positions(
+    cache: Sequence[Any], indices_per_layer: Sequence[Any], logical_offset: int | None = None
+) -> list:
+    """B3-B6: a new cache keeping, per layer, the given rows of each kv-head.
+
+    Per layer the entry is None (layer passed through untouched), a 1-D array [n] shared by all kv-heads, a 2-D
+    array [H_kv, n], or a sequence of H_kv 1-D arrays of different lengths (ragged, stored padded and masked per
+    head); numpy or mx integer arrays, each head's indices strictly increasing. Indices are rows of the layer's
+    retained content (token positions for a dense layer). `logical_offset` (default: each layer's own offset) is
+    the position the next token gets. All layers' gathers and checks run in one `mx.eval`; the source is unchanged.
+    Raises ValueError on a wrong number of layers or heads, empty, out-of-range, duplicated or unsorted indices.
+    """
+    if len(indices_per_layer) != len(cache):
+        raise ValueError(
+            f"indices_per_layer has {len(indices_per_layer)} entries, the cache has {len(cache)} layers"
+        )
+    if logical_offset is not None and (isinstance(logical_offset, bool) or int(logical_offset) < 0):
+        raise ValueError(f"logical_offset={logical_offset!r}: must be a non-negative int")
+    out: list[Any] = list(cache)
+    plans = []
+    for i, (layer, idx) in enumerate(zip(cache, indices_per_layer, strict=True)):
+        if idx is None:
+            continue
+        where = f"layer {i}"
+        reason = incompressible_reason(layer)
+        if reason is not None:
+            raise ValueError(f"{where}: cannot select positions ({reason}); pass None for this layer")
+        src = _Source(layer)
+        padded, counts, shared = _normalize(idx, src.n_heads, where)
+        flags = _check_flags(padded, counts, src.rows_per_head)
+        # One flat gather per stored part; measured faster on CPU than a take along the row axis even when
+        # the indices are shared by all heads.
+        rows = padded if not shared else mx.broadcast_to(padded[None], (src.n_heads, padded.shape[0]))
+        rows = mx.clip(rows, 0, mx.array(np.maximum(src.rows_per_head - 1, 0).astype(np.int32))[:, None])
+        cols = src.cols(rows)
+        k = [_gather(b, cols) for b in src.k_parts]
+        v = [_gather(b, cols) for b in src.v_parts]
+        selection = src.positions(cols)
+        if src.quantized:
+            new: Any = SparseQuantizedKVCache(group_size=layer.group_size, bits=layer.bits)
+        else:
+            new = SparseKVCache()
+        offset = layer.offset if logical_offset is None else int(logical_offset)
+        new._set_rows(new._wrap(k), new._wrap(v), selection, counts, offset)
+        out[i] = new
+        plans.append((i, flags, padded, counts, src.rows_per_head, new))
+    mx.eval([p[1] for p in plans] + [a for p in plans for a in _arrays(p[5])])
+    for i, flags, padded, counts, rows, _ in plans:
+        f = np.asarray(flags)
+        if f.any():
+            raise ValueError(_explain(f, padded, counts, rows, f"layer {i}"))
+    return out
+
+
+def _fresh(x: Any) -> Any:
+    """A new array object with the same value, so one branch's in-place slice writes never reach the other."""
+    return x[...] if isinstance(x, mx.array) else x
+
+
+def copy_cache(cache: Sequence[Any]) -> list:
+    """Independent branch of a cache: every layer, of any class, gets its own objects and array handles.
+
+    Arrays are shared copy-on-write (MLX copies a buffer on the first write while another handle holds it), so
+    a copy costs no memory until a branch appends. Pass-through layers (rotating, SSM) are copied the same way.
+    """
+    out = []
+    for c in cache:
+        n = copy.copy(c)
+        for name, value in vars(c).items():
+            setattr(n, name, tree_map(_fresh, value))
+        out.append(n)
+    mx.eval([a for c in out for _, a in tree_flatten(list(vars(c).values())) if isinstance(a, mx.array)])
+    return out
+
+
+def _layer_bytes(c: Any) -> int:
+    if isinstance(c, _SparseRows):
+        return c.nbytes
+    if type(c) in (KVCache, QuantizedKVCache):
+        if c.keys is None:
+            return 0
+        return int(sum(b.nbytes // b.shape[2] * c.offset for b in _parts(c.keys) + _parts(c.values)))
+    try:
+        return int(c.nbytes)
+    except (AttributeError, NotImplementedError):
+        return 0
+
+
+def cache_tensor_bytes(cache: Sequence[Any]) -> int:
+    """Bytes of the stored K/V tensors over their logical content (trimmed rows, not buffer capacity).
+
+    Sparse layers count their stored rows, padding included (it is really held); the int32 position bookkeeping is
+    not counted. Pass-through layers count their own `nbytes`.
+    """
+    return int(sum(_layer_bytes(c) for c in cache))
+
+
+def dense_bytes_formula(
+    n_layers: int, T: int, n_kv_heads: int, head_dim: int, bytes_per_scalar: int, B: int = 1
+) -> int:
+    """M_KV = 2·B·L·T·H_kv·d_h·s: the check that measured dense bytes must meet."""
+    return 2 * B * n_layers * T * n_kv_heads * head_dim * bytes_per_scalar

@@ -1,0 +1,97 @@
+"""Helpers for the cache tests: prefill, decode, and a brute-force NumPy attention over kept positions only."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models.cache import make_prompt_cache
+
+from kvcore import attention
+
+PROMPT = "def main(argv): return sum(x * x for x in argv) The quick brown fox jumps over the lazy dog."
+GROUP = {"llama": 32, "qwen3": 64}  # head_dim 32 and 64: the largest group size each allows
+
+
+@pytest.fixture(scope="session")
+def models(loaded_models):
+    """loaded_models with kvcore's attention installed (needed by ragged caches, a no-op for the others)."""
+    for model, _ in loaded_models.values():
+        attention.install(model)
+    return loaded_models
+
+
+def prompt_ids(tok) -> list[int]:
+    return tok.encode(PROMPT)
+
+
+def prefill(model, ids: list[int]) -> list:
+    """Dense mlx-lm cache after running `ids` through the model."""
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.array([ids]), cache=cache))
+    return cache
+
+
+def run(model, cache: list, tokens: list[int]) -> np.ndarray:
+    """Logits [N, vocab] for appending `tokens` to `cache` (the cache is updated)."""
+    out = model(mx.array([tokens]), cache=cache)
+    mx.eval(out)
+    return np.array(out[0])
+
+
+def greedy(model, cache: list, first: int, n: int) -> list[int]:
+    """n greedy tokens, starting by feeding `first`."""
+    tokens, y = [], first
+    for _ in range(n):
+        y = int(np.argmax(run(model, cache, [y])[-1]))
+        tokens.append(y)
+    return tokens
+
+
+@contextmanager
+def reference_attention(
+    model, cache: list, kept: list, T: int, quant: tuple[int, int] | None = None
+) -> Iterator:
+    """Route the model's attention through float64 NumPy softmax over only the kept positions.
+
+    `cache` is the dense cache the reference run uses (it identifies layers); `kept[l]` is None (all positions)
+    or a list of per-kv-head arrays of kept prompt positions; positions >= T (appended tokens) are always kept,
+    causally. With `quant=(bits, group)`, K and V are quantized and dequantized first, as a quantized cache holds
+    them.
+    """
+    layer_of = {id(c): i for i, c in enumerate(cache)}
+    module = sys.modules[type(model.layers[0].self_attn).__module__]
+    previous = module.scaled_dot_product_attention
+
+    def sdpa(queries, keys, values, cache, scale, mask, sinks=None):
+        layer = layer_of[id(cache)]
+        if quant is not None:
+            bits, group = quant
+            keys, values = (
+                mx.dequantize(*mx.quantize(x, group_size=group, bits=bits), group_size=group, bits=bits)
+                for x in (keys, values)
+            )
+        q, k, v = (np.array(x, dtype=np.float64) for x in (queries, keys, values))
+        n_q, n_kv, total = q.shape[2], k.shape[1], k.shape[2]
+        rep = q.shape[1] // n_kv
+        out = np.zeros_like(q)
+        for hq in range(q.shape[1]):
+            h = hq // rep
+            prompt = np.arange(T) if kept[layer] is None else np.asarray(kept[layer][h])
+            for i in range(n_q):
+                pos = total - n_q + i
+                visible = np.concatenate([prompt, np.arange(T, pos + 1)])
+                s = (k[0, h, visible] @ q[0, hq, i]) * scale
+                w = np.exp(s - s.max())
+                out[0, hq, i] = (w / w.sum()) @ v[0, h, visible]
+        return mx.array(out.astype(np.float32))
+
+    module.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        module.scaled_dot_product_attention = previous
