@@ -1,0 +1,76 @@
+"""How many positions each layer and kv-head keeps: uniform, per layer (pyramidkv) and per head (adakv)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def check_ratio(ratio: float) -> float:
+    """The retention ratio as a float in (0, 1]; ValueError otherwise."""
+    try:
+        value = float(ratio)
+    except (TypeError, ValueError):
+        raise ValueError(f"ratio must be a number in (0, 1], got {ratio!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"ratio must be in (0, 1] (fraction of prompt positions kept), got {ratio!r}")
+    return value
+
+
+def n_kept(n_tokens: int, ratio: float) -> int:
+    """n = round(r·T) (halves up), at least 1: the per-kv-head budget of the uniform rule."""
+    return max(1, math.floor(check_ratio(ratio) * n_tokens + 0.5))
+
+
+def uniform(n_tokens: int, ratio: float, n_layers: int) -> list[int]:
+    """The same n for every layer."""
+    return [n_kept(n_tokens, ratio)] * n_layers
+
+
+@dataclass(frozen=True)
+class PyramidBudget:
+    counts: list[int]  # per layer, per kv-head
+    fallback: str | None  # why the uniform rule was used instead, or None
+
+
+def pyramidkv(
+    n_tokens: int, ratio: float, n_layers: int, window: int = 64, beta: float = 20
+) -> PyramidBudget:
+    """PyramidKV: layer l keeps max - l·step, min = (C - w)/beta, max = 2(C - w) - min, C = w + n.
+
+    The budgets average n, so the model-wide total matches the uniform rule. Infeasible (-> uniform) when the
+    lowest layer would need more than T positions, or the top layer could not hold its always-kept window
+    (kvpress's condition T >= max >= min >= w), or there is a single layer.
+    """
+    if window < 1:
+        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    n = n_kept(n_tokens, ratio)
+    w = min(window, n_tokens)
+    low = n / beta
+    high = 2 * n - low
+    if n_layers < 2:
+        return PyramidBudget([n] * n_layers, "a single layer has no pyramid")
+    if not n_tokens >= high >= low >= w:
+        why = f"pyramid needs T >= max >= min >= window: T={n_tokens}, max={high:g}, min={low:g}, window={w}"
+        return PyramidBudget([n] * n_layers, why)
+    step = (high - low) / (n_layers - 1)
+    return PyramidBudget([math.floor(high - layer * step + 0.5) for layer in range(n_layers)], None)
+
+
+def adakv_counts(
+    flat_order: np.ndarray, n_tokens: int, n_heads: int, n: int, alpha: float = 0.2
+) -> np.ndarray:
+    """Per-head counts for one layer: each head keeps its top ⌊α·n⌋, the rest of H·n goes to the best remaining.
+
+    `flat_order` ranks all H·T (head, rank-within-head) slots of the layer by priority across heads, as
+    `head * T + rank`; a head's slots rank in its own order, so the winners are a prefix of each head's ranking
+    and the counts say everything. Total = H·n exactly; every head keeps at least ⌊α·n⌋.
+    """
+    n = min(n, n_tokens)
+    safe = math.floor(alpha * n)
+    remaining = n_heads * (n - safe)
+    rank_in_head = flat_order % n_tokens
+    candidates = flat_order[rank_in_head >= safe][:remaining]
+    return safe + np.bincount(candidates // n_tokens, minlength=n_heads)

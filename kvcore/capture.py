@@ -1,0 +1,188 @@
+"""Prefill a prompt once and record, per layer, what the compression methods score from.
+
+`mx.fast.scaled_dot_product_attention` returns no attention weights (mlx issue 2590), so an observer installed
+through `kvcore.attention` sees each layer's post-RoPE queries and cached keys and keeps:
+
+- the last `window` queries (snapkv, pyramidkv, tova score from them after prefill);
+- h2o's column sums of the causal softmax attention over *all* prompt queries, accumulated chunk by chunk and in
+  blocks of queries, so no [T, T] matrix per head is ever held at once.
+
+Keys themselves are not copied: after prefill they are read from the cache (post-RoPE, as mlx-lm stores them).
+Layers whose cache is not a plain mlx-lm `KVCache` (sliding window, SSM state, quantized) get no observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+from kvcore import attention
+
+# Upper bound on the elements of one block of attention probabilities [H_q, block, T] (64 MiB in float32).
+BLOCK_ELEMENTS = 1 << 24
+
+
+class Cancelled(Exception):
+    """`should_cancel()` returned True between two prefill chunks."""
+
+
+@dataclass
+class LayerObservation:
+    """What one plain-KVCache layer saw during prefill; every array is float32 except `keys` (cache dtype)."""
+
+    keys: mx.array  # [H_kv, T, head_dim], post-RoPE, a view of the cache
+    window_queries: mx.array  # [H_q, w, head_dim], post-RoPE, w = min(window, T)
+    h2o_sums: mx.array | None  # [H_q, T]: column sums of causal softmax attention over all T prompt queries
+    n_q_heads: int
+    n_kv_heads: int
+    scale: float
+
+    @property
+    def n_tokens(self) -> int:
+        return self.keys.shape[1]
+
+    @property
+    def group(self) -> int:
+        """Query heads per kv-head (GQA); query head h reads kv-head h // group."""
+        return self.n_q_heads // self.n_kv_heads
+
+
+@dataclass
+class CaptureResult:
+    cache: list[Any]
+    observations: list[LayerObservation | None]
+    skipped: dict[int, str]  # layer -> why it has no observation
+    logits: mx.array  # [vocab] at the last prompt position
+    forward_calls: int
+    n_tokens: int
+
+
+@dataclass
+class _LayerState:
+    tail: mx.array | None = None  # [H_q, <=window, D]
+    sums: mx.array | None = None  # [H_q, T_so_far]
+    n_q_heads: int = 0
+    n_kv_heads: int = 0
+    scale: float = 1.0
+
+
+@dataclass
+class _Recorder:
+    """The observer: maps each cache object to its layer and updates that layer's state."""
+
+    layer_of: dict[int, int]
+    window: int
+    h2o: bool
+    states: dict[int, _LayerState] = field(default_factory=dict)
+
+    def __call__(self, queries, keys, values, cache, scale, mask) -> None:
+        layer = self.layer_of.get(id(cache))
+        if layer is None:
+            return
+        state = self.states.setdefault(layer, _LayerState())
+        q = queries[0].astype(mx.float32)  # [H_q, N, D]
+        state.n_q_heads, state.n_kv_heads, state.scale = q.shape[0], keys.shape[1], float(scale)
+        tail = q if state.tail is None else mx.concatenate([state.tail, q], axis=1)
+        state.tail = tail[:, -self.window :]
+        if self.h2o:
+            state.sums = _accumulate_h2o(state.sums, q, keys[0], float(scale))
+        mx.eval([a for a in (state.tail, state.sums) if a is not None])
+
+
+def _accumulate_h2o(sums: mx.array | None, q: mx.array, keys: mx.array, scale: float) -> mx.array:
+    """Add the column sums of this chunk's causal softmax attention to `sums`, one block of queries at a time.
+
+    q: [H_q, N, D] are the last N of the T_k positions whose keys [H_kv, T_k, D] are cached.
+    """
+    n_q_heads, n_new, head_dim = q.shape
+    n_kv_heads, n_keys, _ = keys.shape
+    group = n_q_heads // n_kv_heads
+    k_t = keys.astype(mx.float32).transpose(0, 2, 1)[:, None]  # [H_kv, 1, D, T_k]
+    qg = (q * scale).reshape(n_kv_heads, group, n_new, head_dim)
+    first = n_keys - n_new
+    block = max(1, BLOCK_ELEMENTS // (n_q_heads * n_keys))
+    key_pos = mx.arange(n_keys)
+    total = mx.zeros((n_q_heads, n_keys), mx.float32)
+    if sums is not None:
+        total = total + mx.pad(sums, [(0, 0), (0, n_keys - sums.shape[1])])
+    for start in range(0, n_new, block):
+        stop = min(start + block, n_new)
+        n_visible = first + stop  # keys after the block's last query are masked for all of it: skip them
+        logits = qg[:, :, start:stop] @ k_t[..., :n_visible]  # [H_kv, group, b, n_visible]
+        visible = key_pos[None, :n_visible] <= (first + mx.arange(start, stop))[:, None]
+        probs = mx.softmax(mx.where(visible, logits, -mx.inf), axis=-1, precise=True)
+        column_sums = probs.sum(axis=2).reshape(n_q_heads, n_visible)
+        total = total + mx.pad(column_sums, [(0, 0), (0, n_keys - n_visible)])
+        mx.eval(total)
+    return total
+
+
+def _layer_map(cache: Sequence[Any]) -> tuple[dict[int, int], dict[int, str]]:
+    layer_of, skipped = {}, {}
+    for i, c in enumerate(cache):
+        if type(c) is KVCache:
+            layer_of[id(c)] = i
+        else:
+            skipped[i] = f"{type(c).__name__} is not a plain KVCache: not captured, not compressible"
+    return layer_of, skipped
+
+
+def prefill_with_capture(
+    model: nn.Module,
+    prompt_ids: Sequence[int],
+    cache: list[Any] | None = None,
+    window: int = 64,
+    chunk_size: int = 2048,
+    h2o: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+) -> CaptureResult:
+    """Prefill `prompt_ids` into a fresh (or given, empty) cache in chunks, recording per-layer observations.
+
+    Raises ValueError on an empty prompt or a window/chunk size below 1, `Cancelled` when `should_cancel()` says
+    so between chunks, and `attention.UnsupportedArchitecture` when attention cannot be observed.
+    """
+    ids = list(prompt_ids)
+    if not ids:
+        raise ValueError("prompt is empty: at least 1 token is needed")
+    if window < 1:
+        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    attention.install(model)
+    cache = make_prompt_cache(model) if cache is None else cache
+    layer_of, skipped = _layer_map(cache)
+    recorder = _Recorder(layer_of, window, h2o)
+    total, calls, logits = len(ids), 0, None
+    with attention.observing(recorder):
+        for start in range(0, total, chunk_size):
+            if should_cancel is not None and should_cancel():
+                raise Cancelled(f"prefill cancelled after {start} of {total} tokens")
+            out = model(mx.array([ids[start : start + chunk_size]]), cache=cache)
+            calls += 1
+            logits = out[0, -1]
+            mx.eval(logits, [c.state for c in cache])
+            if on_progress is not None:
+                on_progress(min(start + chunk_size, total), total)
+    observations: list[LayerObservation | None] = [None] * len(cache)
+    for layer, layer_cache in enumerate(cache):
+        if id(layer_cache) not in layer_of:
+            continue
+        state = recorder.states.get(layer)
+        if state is None:
+            skipped[layer] = "attention of this layer was never observed"
+            continue
+        observations[layer] = LayerObservation(
+            keys=layer_cache.keys[0, :, : layer_cache.offset],
+            window_queries=state.tail,
+            h2o_sums=state.sums,
+            n_q_heads=state.n_q_heads,
+            n_kv_heads=state.n_kv_heads,
+            scale=state.scale,
+        )
+    return CaptureResult(cache, observations, skipped, logits, calls, total)

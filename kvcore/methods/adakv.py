@@ -1,0 +1,33 @@
+"""adakv (Feng et al. 2024): any scorer, with the layer's budget spread unevenly over its kv-heads.
+
+The scores are the wrapped method's; what changes is the allocation (`kvcore.budgets.adakv_counts`), so the
+heads whose attention is concentrated give positions to the heads that need them.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from kvcore.capture import LayerObservation
+from kvcore.methods.base import Method, MethodParams
+
+
+class AdaKV(Method):
+    name = "adakv"
+
+    def __init__(self, inner: Method) -> None:
+        if isinstance(inner, AdaKV) or inner.keeps_everything or inner.shared_across_heads:
+            raise ValueError(f"adakv needs a per-head scorer, got {inner.name!r}")
+        self.inner = inner
+        self.needs_h2o = inner.needs_h2o
+        self.budget = inner.budget
+
+    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
+        return self.inner.scores(obs, layer, params)
+
+    def always_kept(self, n_tokens: int, params: MethodParams) -> np.ndarray:
+        return self.inner.always_kept(n_tokens, params)
+
+    def __repr__(self) -> str:
+        return f"AdaKV({self.inner!r})"

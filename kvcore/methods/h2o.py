@@ -1,0 +1,21 @@
+"""h2o (Zhang et al. 2023): heavy hitters by observed attention from every prompt query."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from kvcore.capture import LayerObservation
+from kvcore.methods.base import Method, MethodParams, group_mean
+
+
+class H2O(Method):
+    name = "h2o"
+    needs_h2o = True
+
+    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
+        """Column sums / (T - t): average attention per query that can see key t, so early keys aren't favoured."""
+        if obs.h2o_sums is None:
+            raise ValueError("h2o needs the column sums recorded at prefill: capture with h2o=True")
+        n_tokens = obs.n_tokens
+        seen_by = mx.arange(n_tokens, 0, -1, dtype=mx.float32)
+        return group_mean(obs.h2o_sums / seen_by, obs.n_kv_heads)

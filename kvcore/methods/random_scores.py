@@ -1,0 +1,20 @@
+"""random: a seeded, reproducible baseline that every real method should beat."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from kvcore.capture import LayerObservation
+from kvcore.methods.base import Method, MethodParams
+
+
+class Random(Method):
+    name = "random"
+
+    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
+        """Uniform draws from default_rng([seed, layer]), stored as their ranks in (0, 1) so float32 has no ties."""
+        shape = (obs.n_kv_heads, obs.n_tokens)
+        draws = np.random.default_rng([params.seed, layer]).random(shape)
+        ranks = draws.argsort(axis=1).argsort(axis=1)
+        return mx.array(((ranks + 0.5) / obs.n_tokens).astype(np.float32))

@@ -1,0 +1,38 @@
+"""snapkv (Li et al. 2024): the last `window` prompt queries vote for the earlier keys they attend to."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from kvcore.capture import LayerObservation
+from kvcore.methods.base import Method, MethodParams, effective_window, group_mean, window_attention
+
+
+def avg_pool(x: mx.array, kernel: int) -> mx.array:
+    """1-D average pooling along the last axis: stride 1, zero padding kernel // 2, padding counted."""
+    pad = kernel // 2
+    padded = mx.pad(x, [(0, 0), (pad, pad)])
+    n = x.shape[-1]
+    return sum(padded[:, i : i + n] for i in range(kernel)) / kernel
+
+
+def snapkv_scores(obs: LayerObservation, params: MethodParams) -> mx.array:
+    """Window-attention votes for the columns before the window, pooled, GQA-averaged; window columns score 1."""
+    w = effective_window(obs, params)
+    n_before = obs.n_tokens - w
+    votes = window_attention(obs, w)[:, :, :n_before].mean(axis=1)  # [H_q, T - w]
+    pooled = group_mean(avg_pool(votes, params.kernel), obs.n_kv_heads)
+    # Softmax means are <= 1, so 1 marks the always-kept window as top-scoring in a heatmap too.
+    return mx.concatenate([pooled, mx.ones((obs.n_kv_heads, w), mx.float32)], axis=1)
+
+
+class SnapKV(Method):
+    name = "snapkv"
+
+    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
+        return snapkv_scores(obs, params)
+
+    def always_kept(self, n_tokens: int, params: MethodParams) -> np.ndarray:
+        """The window, most recent first (when the budget is below the window, the latest queries win)."""
+        return np.arange(n_tokens - 1, n_tokens - 1 - min(params.window, n_tokens), -1)

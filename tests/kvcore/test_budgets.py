@@ -1,0 +1,61 @@
+"""Budgets: n = round(r·T), the PyramidKV formula and its fallback, AdaKV's fixed layer total."""
+
+import math
+
+import numpy as np
+import pytest
+
+from kvcore import budgets
+
+
+@pytest.mark.parametrize(
+    ("n_tokens", "ratio", "n"), [(100, 0.25, 25), (10, 0.25, 3), (10, 0.01, 1), (7, 1.0, 7)]
+)
+def test_n_kept_rounds_and_keeps_at_least_one(n_tokens, ratio, n):
+    assert budgets.n_kept(n_tokens, ratio) == n
+    assert budgets.uniform(n_tokens, ratio, 3) == [n] * 3
+
+
+@pytest.mark.parametrize("ratio", [0, -0.1, 1.01, float("nan"), "half"])
+def test_ratio_outside_unit_interval_is_refused(ratio):
+    with pytest.raises(ValueError, match=r"ratio must be .*\(0, 1\].*got"):
+        budgets.n_kept(100, ratio)
+
+
+@pytest.mark.parametrize(
+    ("n_tokens", "ratio", "n_layers", "window"), [(4096, 0.5, 16, 64), (1000, 0.3, 5, 8)]
+)
+def test_pyramidkv_counts_follow_the_formula(n_tokens, ratio, n_layers, window):
+    n = round(ratio * n_tokens)
+    c = window + n
+    low = (c - window) / 20
+    high = 2 * (c - window) - low
+    step = (high - low) / (n_layers - 1)
+    got = budgets.pyramidkv(n_tokens, ratio, n_layers, window)
+    assert got.fallback is None
+    assert got.counts == [math.floor(high - layer * step + 0.5) for layer in range(n_layers)]
+    assert got.counts[0] > got.counts[-1] >= window
+    assert abs(sum(got.counts) - n_layers * n) <= n_layers
+
+
+@pytest.mark.parametrize(
+    ("n_tokens", "ratio", "n_layers", "why"),
+    [(4096, 0.25, 16, "min=51.2"), (100, 0.9, 4, "max=175.5"), (4096, 0.5, 1, "single layer")],
+)
+def test_pyramidkv_falls_back_to_uniform(n_tokens, ratio, n_layers, why):
+    got = budgets.pyramidkv(n_tokens, ratio, n_layers)
+    assert got.counts == budgets.uniform(n_tokens, ratio, n_layers)
+    assert why in got.fallback
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_adakv_total_fixed_and_every_head_safeguarded(seed):
+    rng = np.random.default_rng(seed)
+    n_heads, n_tokens = int(rng.integers(1, 9)), int(rng.integers(5, 300))
+    priority = -np.sort(-(rng.random((n_heads, n_tokens)) ** rng.uniform(0.2, 5, (n_heads, 1))), axis=1)
+    flat_order = np.argsort(-priority.ravel(), kind="stable")
+    for ratio in (0.05, 0.2, 0.5, 1.0):
+        n = budgets.n_kept(n_tokens, ratio)
+        counts = budgets.adakv_counts(flat_order, n_tokens, n_heads, n, alpha=0.2)
+        assert counts.sum() == n_heads * n
+        assert counts.min() >= math.floor(0.2 * n) and counts.max() <= n_tokens
