@@ -1,10 +1,221 @@
-"""Headless subcommands (placeholder until the methods issue lands)."""
+"""Headless subcommands on the same engine as the app (no Qt imported).
+
+  kvlens compress --prompt-file F --method snapkv --ratio 0.25 --bits 4 [--csv S] [--positions P] [--json]
+  kvlens sweep --prompt-file F --methods snapkv,h2o --ratios 0.1,0.25,0.5 --bits 4,8,16 --csv out.csv
+
+Bad input exits with status 2 and one line naming the problem; no partial output file is ever written.
+"""
 
 from __future__ import annotations
 
+import argparse
+import itertools
+import json
 import sys
+from pathlib import Path
+from typing import Any
+
+from kvcore.export import STATS_COLUMNS, write_csv, write_json
+from kvcore.resources import demo_model_dir
+
+SUMMARY_COLUMNS = (
+    "agreement",
+    "kl_mean",
+    "kl_max",
+    "nll_delta",
+    "first_divergence",
+    "bytes_dense_total",
+    "bytes_compressed_total",
+    "compression_ratio",
+    "recompress_ms",
+    "regenerate_ms",
+)
+
+
+class UsageError(ValueError):
+    """Bad input from the command line."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kvlens", description="KV Lens headless engine.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("compress", "sweep"):
+        s = sub.add_parser(name)
+        s.add_argument(
+            "--model", default=str(demo_model_dir()), help="model folder or HF repo id (default: demo)"
+        )
+        s.add_argument("--prompt-file", required=True, type=Path)
+        s.add_argument("--group-size", type=int, default=64)
+        s.add_argument("--tokens", type=int, default=32, help="tokens to generate (default 32)")
+        s.add_argument(
+            "--shared", action="store_true", help="all kv-heads of a layer keep the same positions"
+        )
+        s.add_argument("--window", type=int, default=64)
+        s.add_argument("--n-sink", type=int, default=4)
+        s.add_argument("--kernel", type=int, default=5)
+        s.add_argument("--csv", type=Path, help="per-(layer, kv-head) statistics")
+        if name == "compress":
+            s.add_argument("--method", default="snapkv")
+            s.add_argument("--ratio", type=float, default=0.25)
+            s.add_argument("--bits", type=int, default=16, help="2, 3, 4, 5, 6, 8 or 16 (unquantized)")
+            s.add_argument("--positions", type=Path, help="kept positions as JSON")
+            s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
+        else:
+            s.add_argument("--methods", default="snapkv")
+            s.add_argument("--ratios", default="0.1,0.25,0.5")
+            s.add_argument("--bits", default="16", help="comma-separated, e.g. 4,8,16")
+    return p
+
+
+def _split(text: str, kind: type, name: str) -> list:
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"--{name} {text!r}: expected comma-separated {kind.__name__} values") from None
+    if not values:
+        raise UsageError(f"--{name} is empty")
+    return values
+
+
+def _read_prompt(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"prompt file {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"prompt file {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"prompt file {path} cannot be read: {exc.strerror}") from None
+    if not text.strip():
+        raise UsageError(f"prompt file {path} is empty: write a prompt into it")
+    return text
+
+
+def _check_output(path: Path | None) -> None:
+    if path is not None and not path.parent.resolve().is_dir():
+        raise UsageError(f"cannot write {path}: folder {path.parent} does not exist")
+
+
+def _config(args: argparse.Namespace, method: str, ratio: float, bits: int) -> Any:
+    from kvcore.session import CompressionConfig
+
+    if bits != 16 and bits not in (2, 3, 4, 5, 6, 8):
+        raise UsageError(f"--bits {bits}: allowed are 2, 3, 4, 5, 6, 8 and 16 (unquantized)")
+    return CompressionConfig(
+        method=method,
+        ratio=ratio,
+        bits=None if bits == 16 else bits,
+        group_size=args.group_size,
+        per_head=not args.shared,
+        window=args.window,
+        n_sink=args.n_sink,
+        kernel=args.kernel,
+    )
+
+
+def _summary(metrics: dict) -> dict:
+    out = {k: metrics.get(k) for k in SUMMARY_COLUMNS}
+    out["bytes_dense_total"] = metrics["bytes_dense"]
+    out["bytes_compressed_total"] = metrics["bytes_compressed"]
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    prompt = _read_prompt(args.prompt_file)
+    for out in (args.csv, getattr(args, "positions", None)):
+        _check_output(out)
+    if args.command == "compress":
+        configs = [_config(args, args.method, args.ratio, args.bits)]
+    else:
+        methods = _split(args.methods, str, "methods")
+        ratios = _split(args.ratios, float, "ratios")
+        bits = _split(args.bits, int, "bits")
+        configs = [_config(args, m, r, b) for m, r, b in itertools.product(methods, ratios, bits)]
+    if args.tokens < 1:
+        raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
+
+    from kvcore.session import Session
+
+    session = Session.load(args.model)
+    for cfg in configs:
+        if cfg.bits is not None and session.info.head_dim % cfg.group_size:
+            raise UsageError(
+                f"--group-size {cfg.group_size} does not divide head_dim {session.info.head_dim} "
+                f"of this model: use {[g for g in (32, 64, 128) if session.info.head_dim % g == 0]}"
+            )
+    session.prefill(prompt, n_tokens=args.tokens)
+    rows: list[dict] = []
+    summaries = []
+    for i, cfg in enumerate(configs):
+        state = session.compress(cfg)
+        regen = session.regenerate(state)
+        summary = _summary(regen.metrics)
+        summaries.append((cfg, summary, state, regen))
+        extra = summary if args.command == "sweep" else {}
+        rows.extend({**r, **extra} for r in state.stats_rows)
+        if args.command == "sweep":
+            _progress(i + 1, len(configs), cfg)
+    if args.command == "sweep":
+        sys.stderr.write("\n")
+    if args.csv is not None:
+        write_csv(args.csv, rows, STATS_COLUMNS + (SUMMARY_COLUMNS if args.command == "sweep" else ()))
+    if args.command == "compress":
+        cfg, summary, state, regen = summaries[0]
+        if args.positions is not None:
+            write_json(
+                args.positions,
+                {
+                    "model": session.info.path,
+                    "prompt_tokens": session.prompt_ids,
+                    "method": cfg.method,
+                    "ratio": cfg.ratio,
+                    "bits": cfg.bits or 16,
+                    "layers": [
+                        {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
+                    ],
+                },
+            )
+        if args.json:
+            print(json.dumps({"method": cfg.method, "ratio": cfg.ratio, "bits": cfg.bits or 16, **summary}))
+        else:
+            _print_human(session, summary, regen.tokens)
+    else:
+        print(
+            f"{len(configs)} configurations; {len(rows)} rows"
+            + (f" written to {args.csv}" if args.csv else "")
+        )
+    return 0
+
+
+def _progress(done: int, total: int, cfg: Any) -> None:
+    width = 30
+    filled = int(width * done / total)
+    bits = cfg.bits or 16
+    sys.stderr.write(
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {cfg.method} r={cfg.ratio:g} bits={bits}  "
+    )
+    sys.stderr.flush()
+
+
+def _print_human(session: Any, summary: dict, tokens: list[int]) -> None:
+    dense = session.tokenizer.decode(session.dense_tokens)
+    comp = session.tokenizer.decode(tokens)
+    print(f"dense:      {dense!r}")
+    print(f"compressed: {comp!r}")
+    for k, v in summary.items():
+        print(f"{k:>24}: {v:.4g}" if isinstance(v, float) else f"{k:>24}: {v}")
 
 
 def main(argv: list[str]) -> int:
-    print(f"kvlens: unknown command '{argv[0]}'", file=sys.stderr)
-    return 2
+    """Entry point for `kvlens <subcommand>`; returns the exit status."""
+    from kvcore.loading import ModelLoadError
+
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (UsageError, ModelLoadError, ValueError) as exc:
+        print(f"kvlens: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kvlens: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,427 @@
+"""A model session: load once, prefill a prompt once, then compress and regenerate as often as the user likes.
+
+The dense cache, the captured observations and each method's ranking are kept, so a new retention ratio or
+bit width is a top-n slice, a gather and a quantize — never a second prefill. The dense greedy continuation is
+computed once and is the reference every compressed state is measured against.
+
+Schedule (as mlx-lm's generate): the prompt minus its last token is prefilled and compressed; the last token is
+then fed through the compressed cache, so every generated token sees the compression.
+
+MLX streams belong to the thread that created them, so a Session must be used from the thread that loaded it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from kvcore import caches, loading, metrics
+from kvcore.capture import Cancelled, CaptureResult, prefill_with_capture
+from kvcore.methods import MethodParams, available
+from kvcore.methods.base import window_attention
+from kvcore.selection import Ranking, rank, select
+
+#: Queries captured at prefill; the window parameter can go up to this without a new prefill.
+CAPTURE_WINDOW = 256
+ALLOWED_BITS = (2, 3, 4, 5, 6, 8)
+ALLOWED_GROUP_SIZES = (32, 64, 128)
+
+Progress = Callable[[int, int], None] | None
+CancelCheck = Callable[[], bool] | None
+
+__all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", "Session"]
+
+
+@dataclass(frozen=True)
+class CompressionConfig:
+    """One point in the space the sliders span. bits None means unquantized (the UI's 16)."""
+
+    method: str = "snapkv"
+    ratio: float = 0.25
+    bits: int | None = None
+    group_size: int = 64
+    per_head: bool = True
+    window: int = 64
+    n_sink: int = 4
+    kernel: int = 5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in available():
+            raise ValueError(f"unknown method {self.method!r}; available: {', '.join(available())}")
+        if not isinstance(self.ratio, int | float) or not 0.0 < self.ratio <= 1.0:
+            raise ValueError(f"ratio must be in (0, 1], got {self.ratio!r}")
+        if self.bits is not None and self.bits not in ALLOWED_BITS:
+            raise ValueError(f"bits must be one of {ALLOWED_BITS} or 16 (unquantized), got {self.bits!r}")
+        if self.group_size not in ALLOWED_GROUP_SIZES:
+            raise ValueError(f"group size must be one of {ALLOWED_GROUP_SIZES}, got {self.group_size!r}")
+        if self.window > CAPTURE_WINDOW:
+            raise ValueError(f"window must be at most {CAPTURE_WINDOW}, got {self.window!r}")
+        self.params()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CompressionConfig:
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        if known.get("bits") == 16:
+            known["bits"] = None
+        return cls(**known)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def params(self) -> MethodParams:
+        return MethodParams(window=self.window, kernel=self.kernel, n_sink=self.n_sink, seed=self.seed)
+
+
+@dataclass
+class CompressedState:
+    """A compressed copy of the prefilled cache plus what it kept and what it costs."""
+
+    config: CompressionConfig
+    cache: list[Any]
+    selection: list[Any]  # per layer, as select_positions took it (None = not compressed)
+    ranking: Ranking
+    kept: np.ndarray  # [L, H_kv, T] bool over prompt positions
+    bytes_dense: int
+    bytes_compressed: int
+    recompress_ms: float
+    stats_rows: list[dict] = field(default_factory=list)
+    quant_error: np.ndarray | None = None  # [L, H_kv, T] key/value RMSE per kept position, NaN elsewhere
+    quant_rmse: list[tuple[np.ndarray, np.ndarray] | None] | None = None  # per layer: key, value RMSE [H_kv]
+
+
+@dataclass
+class Regeneration:
+    """The compressed continuation and its metrics against the dense baseline."""
+
+    tokens: list[int]
+    metrics: dict[str, Any]
+    regenerate_ms: float
+
+
+class Session:
+    """Owns a model, its dense prefilled cache, observations and rankings; see the module docstring."""
+
+    def __init__(self, model: Any, tokenizer: Any, info: loading.ModelInfo) -> None:
+        self.model, self.tokenizer, self.info = model, tokenizer, info
+        self._thread = threading.get_ident()
+        self.forward_calls = 0
+        self._capture: CaptureResult | None = None
+        self._rankings: dict[tuple[str, MethodParams], Ranking] = {}
+        self._window_attention: list[np.ndarray | None] = []
+        self.prompt_ids: list[int] = []
+        self.dense_tokens: list[int] = []
+        self._dense_logits: np.ndarray | None = None
+        self._dense_decode_cache: list[Any] | None = None
+        self.prefill_ms = 0.0
+
+    @classmethod
+    def load(cls, spec: str) -> Session:
+        """Load a model from a folder, the local HF cache or a repo id (ModelLoadError with the fix otherwise)."""
+        model, tokenizer, info = loading.load(spec)
+        return cls(model, tokenizer, info)
+
+    # -- guards ---------------------------------------------------------------------------------------------
+    def _check_thread(self) -> None:
+        if threading.get_ident() != self._thread:
+            raise RuntimeError(
+                "Session used from another thread: MLX streams belong to the thread that loaded the model; "
+                "run every session call on the engine thread"
+            )
+
+    def _require_prefill(self) -> CaptureResult:
+        if self._capture is None:
+            raise ValueError("no prompt has been prefilled yet: run Prefill first")
+        return self._capture
+
+    @property
+    def n_prompt_positions(self) -> int:
+        """Compressible prompt positions T (the prompt minus its last token)."""
+        return len(self.prompt_ids) - 1 if self.prompt_ids else 0
+
+    # -- prefill ----------------------------------------------------------------------------------------------
+    def encode(self, prompt: str | Sequence[int]) -> list[int]:
+        ids = list(self.tokenizer.encode(prompt)) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if len(ids) < 2:
+            raise ValueError(
+                f"prompt is too short ({len(ids)} token{'s' if len(ids) != 1 else ''}): type at least two tokens"
+            )
+        return ids
+
+    def prefill(
+        self,
+        prompt: str | Sequence[int],
+        n_tokens: int = 32,
+        on_progress: Progress = None,
+        should_cancel: CancelCheck = None,
+    ) -> dict[str, Any]:
+        """Prefill with capture, then compute the dense greedy continuation of `n_tokens` (the baseline).
+
+        On any error (bad prompt, cancel) the previous prefill stays as it was.
+        """
+        self._check_thread()
+        ids = self.encode(prompt)
+        if n_tokens < 1:
+            raise ValueError(f"tokens to generate must be at least 1, got {n_tokens}")
+        ctx = self.info.max_context
+        if ctx is not None and len(ids) + n_tokens > ctx:
+            raise ValueError(
+                f"prompt has {len(ids)} tokens and {n_tokens} more are to be generated, but the model's context "
+                f"is {ctx} (max_position_embeddings): shorten the prompt by {len(ids) + n_tokens - ctx} tokens"
+            )
+        start = time.perf_counter()
+        capture = prefill_with_capture(
+            self.model,
+            ids[:-1],
+            window=CAPTURE_WINDOW,
+            on_progress=on_progress,
+            should_cancel=should_cancel,
+        )
+        prefill_ms = (time.perf_counter() - start) * 1e3
+        self.forward_calls += capture.forward_calls
+        old = (self._capture, self.prompt_ids, self._rankings, self._window_attention)
+        self._capture, self.prompt_ids, self._rankings = capture, ids, {}
+        self.dense_tokens, self._dense_decode_cache = [], None
+        try:
+            self._window_attention = self._mean_window_attention(capture)
+            self.extend(n_tokens, should_cancel=should_cancel)
+        except BaseException:
+            self._capture, self.prompt_ids, self._rankings, self._window_attention = old
+            raise
+        self.prefill_ms = prefill_ms
+        return {"prompt_tokens": len(ids), "prefill_ms": prefill_ms, "skipped_layers": dict(capture.skipped)}
+
+    def _mean_window_attention(self, capture: CaptureResult) -> list[np.ndarray | None]:
+        """Per layer [H_kv, T]: the last 64 prompt queries' attention, mean over queries and GQA group."""
+        out = []
+        for obs in capture.observations:
+            if obs is None:
+                out.append(None)
+                continue
+            w = min(64, obs.n_tokens)
+            attn = window_attention(obs, w).mean(axis=1)
+            out.append(attn.reshape(obs.n_kv_heads, obs.group, -1).mean(axis=1))
+        mx.eval([a for a in out if a is not None])
+        return [None if a is None else np.array(a) for a in out]
+
+    def extend(self, n: int, should_cancel: CancelCheck = None) -> list[int]:
+        """Continue the dense greedy continuation by `n` tokens and refresh its teacher-forced logits."""
+        self._check_thread()
+        capture = self._require_prefill()
+        if self._dense_decode_cache is None:
+            self._dense_decode_cache = caches.copy_cache(capture.cache)
+            first = self.prompt_ids[-1]
+        else:
+            first = self.dense_tokens[-1]
+        new = self._greedy(self._dense_decode_cache, first, n, should_cancel)
+        self.dense_tokens.extend(new)
+        self._dense_logits = self._teacher_forced(capture.cache)
+        return new
+
+    # -- decoding ---------------------------------------------------------------------------------------------
+    def _greedy(self, cache: list[Any], first: int, n: int, should_cancel: CancelCheck) -> list[int]:
+        """Greedy decode of n tokens starting by feeding `first`; mutates `cache`."""
+        tokens, tok = [], first
+        for _ in range(n):
+            if should_cancel is not None and should_cancel():
+                raise Cancelled(f"generation cancelled after {len(tokens)} of {n} tokens")
+            logits = self.model(mx.array([[tok]]), cache=cache)
+            self.forward_calls += 1
+            tok = int(mx.argmax(logits[0, -1]).item())
+            tokens.append(tok)
+        return tokens
+
+    def _teacher_forced(self, cache: list[Any]) -> np.ndarray:
+        """Logits [n, V] predicting each dense token, from one multi-token pass on a copy of `cache`."""
+        feed = [self.prompt_ids[-1], *self.dense_tokens[:-1]]
+        branch = caches.copy_cache(cache)
+        logits = self.model(mx.array([feed]), cache=branch)
+        self.forward_calls += 1
+        return np.array(logits[0].astype(mx.float32))
+
+    # -- compression ------------------------------------------------------------------------------------------
+    def ranking(self, config: CompressionConfig) -> Ranking:
+        """The method's scores and per-head priority order, computed once per (method, params)."""
+        capture = self._require_prefill()
+        key = (config.method, config.params())
+        if key not in self._rankings:
+            self._rankings[key] = rank(capture.observations, config.method, config.params())
+        return self._rankings[key]
+
+    def compress(self, config: CompressionConfig) -> CompressedState:
+        """Select, gather and (optionally) quantize a compressed copy of the prefilled cache. No prefill."""
+        self._check_thread()
+        capture = self._require_prefill()
+        if config.bits is not None and self.info.head_dim % config.group_size:
+            raise ValueError(
+                f"group size {config.group_size} does not divide head_dim {self.info.head_dim}: "
+                f"choose one of {[g for g in ALLOWED_GROUP_SIZES if self.info.head_dim % g == 0]}"
+            )
+        start = time.perf_counter()
+        ranking = self.ranking(config)
+        selection = select(ranking, config.ratio, per_head=config.per_head)
+        cache = caches.select_positions(capture.cache, selection)
+        if config.bits is not None:
+            cache = caches.quantize_cache(cache, bits=config.bits, group_size=config.group_size)
+        recompress_ms = (time.perf_counter() - start) * 1e3
+        kept = self._kept_mask(selection)
+        state = CompressedState(
+            config=config,
+            cache=cache,
+            selection=selection,
+            ranking=ranking,
+            kept=kept,
+            bytes_dense=caches.cache_tensor_bytes(capture.cache),
+            bytes_compressed=caches.cache_tensor_bytes(cache),
+            recompress_ms=recompress_ms,
+        )
+        if config.bits is not None:
+            state.quant_error, state.quant_rmse = self._quant_error(state)
+        state.stats_rows = self._stats_rows(state)
+        return state
+
+    def _kept_mask(self, selection: Sequence[Any]) -> np.ndarray:
+        T, H = self.n_prompt_positions, self.info.n_kv_heads
+        kept = np.zeros((len(selection), H, T), dtype=bool)
+        for layer, sel in enumerate(selection):
+            if sel is None:
+                kept[layer] = True
+            elif isinstance(sel, list):
+                for h, idx in enumerate(sel):
+                    kept[layer, h, idx] = True
+            elif np.ndim(sel) == 1:
+                kept[layer, :, sel] = True
+            else:
+                np.put_along_axis(kept[layer], np.asarray(sel), True, axis=1)
+        return kept
+
+    def _quant_error(self, state: CompressedState) -> tuple[np.ndarray, list]:
+        """Per (layer, head, kept position): RMSE over head_dim of the dequantized key and value (mean of both)."""
+        capture = self._require_prefill()
+        L, H, T = state.kept.shape
+        err = np.full((L, H, T), np.nan, dtype=np.float32)
+        per_layer: list[tuple[np.ndarray, np.ndarray] | None] = []
+        lazy = []
+        for dense, comp in zip(capture.cache, state.cache, strict=True):
+            if not isinstance(comp, caches.SparseQuantizedKVCache):
+                lazy.append(None)
+                continue
+            dk, dv = dense.keys[0, :, : dense.offset], dense.values[0, :, : dense.offset]
+            qk, qv = comp.keys_and_values()
+            deq_k = mx.dequantize(*qk, group_size=comp.group_size, bits=comp.bits)[0].astype(mx.float32)
+            deq_v = mx.dequantize(*qv, group_size=comp.group_size, bits=comp.bits)[0].astype(mx.float32)
+            pos = _positions_matrix(comp, T)  # [H, n_rows] with -1 for padding
+            safe = mx.array(np.maximum(pos, 0))
+            ref_k = mx.take_along_axis(dk.astype(mx.float32), safe[..., None], axis=1)
+            ref_v = mx.take_along_axis(dv.astype(mx.float32), safe[..., None], axis=1)
+            ek = mx.sqrt(mx.mean((ref_k - deq_k) ** 2, axis=-1))
+            ev = mx.sqrt(mx.mean((ref_v - deq_v) ** 2, axis=-1))
+            lazy.append((pos, ek, ev))
+        mx.eval([x for item in lazy if item is not None for x in item[1:]])
+        for layer, item in enumerate(lazy):
+            if item is None:
+                per_layer.append(None)
+                continue
+            pos, ek, ev = item[0], np.array(item[1]), np.array(item[2])
+            valid = pos >= 0
+            for h in range(H):
+                p = pos[h][valid[h]]
+                err[layer, h, p] = 0.5 * (ek[h][valid[h]] + ev[h][valid[h]])
+            ek_sq = np.where(valid, ek**2, 0).sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+            ev_sq = np.where(valid, ev**2, 0).sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+            per_layer.append((np.sqrt(ek_sq), np.sqrt(ev_sq)))
+        return err, per_layer
+
+    def _stats_rows(self, state: CompressedState) -> list[dict]:
+        """One row per (layer, kv-head) with the CSV columns of kvcore.export.STATS_COLUMNS."""
+        capture = self._require_prefill()
+        cfg, T = state.config, self.n_prompt_positions
+        rows = []
+        rmse = state.quant_rmse
+        for layer, (dense, comp) in enumerate(zip(capture.cache, state.cache, strict=True)):
+            n_heads = state.kept.shape[1]
+            dense_head = caches.cache_tensor_bytes([dense]) // n_heads
+            comp_head = caches.cache_tensor_bytes([comp]) // n_heads
+            attn = self._window_attention[layer] if layer < len(self._window_attention) else None
+            for h in range(n_heads):
+                kept_pos = np.flatnonzero(state.kept[layer, h])
+                mass = float(attn[h, kept_pos].sum()) if attn is not None else float("nan")
+                k_rmse = v_rmse = 0.0
+                if rmse is not None and rmse[layer] is not None:
+                    k_rmse, v_rmse = float(rmse[layer][0][h]), float(rmse[layer][1][h])
+                rows.append(
+                    {
+                        "method": cfg.method,
+                        "retention_ratio": cfg.ratio,
+                        "bits": cfg.bits or 16,
+                        "group_size": cfg.group_size if cfg.bits else "",
+                        "layer": layer,
+                        "kv_head": h,
+                        "tokens_total": T,
+                        "tokens_kept": int(kept_pos.size),
+                        "bytes_dense": dense_head,
+                        "bytes_compressed": comp_head,
+                        "attention_mass_kept": mass,
+                        "key_rmse": k_rmse,
+                        "value_rmse": v_rmse,
+                    }
+                )
+        return rows
+
+    def regenerate(
+        self, state: CompressedState, n: int | None = None, should_cancel: CancelCheck = None
+    ) -> Regeneration:
+        """Teacher-forced metrics on the dense continuation and a free-running greedy continuation."""
+        self._check_thread()
+        self._require_prefill()
+        n = len(self.dense_tokens) if n is None else min(n, len(self.dense_tokens))
+        start = time.perf_counter()
+        comp_logits = self._teacher_forced(state.cache)[:n]
+        targets = np.array(self.dense_tokens[:n])
+        m = metrics.teacher_forced(self._dense_logits[:n], comp_logits, targets)
+        free = self._greedy(caches.copy_cache(state.cache), self.prompt_ids[-1], n, should_cancel)
+        m["first_divergence"] = metrics.first_divergence(self.dense_tokens[:n], free)
+        regenerate_ms = (time.perf_counter() - start) * 1e3
+        m.update(
+            bytes_dense=state.bytes_dense,
+            bytes_compressed=state.bytes_compressed,
+            compression_ratio=state.bytes_compressed / state.bytes_dense
+            if state.bytes_dense
+            else float("nan"),
+            recompress_ms=state.recompress_ms,
+            regenerate_ms=regenerate_ms,
+        )
+        return Regeneration(free, m, regenerate_ms)
+
+    # -- conveniences ---------------------------------------------------------------------------------------
+    def token_texts(self, ids: Sequence[int]) -> list[str]:
+        """Each token's own text (decoded alone), for axes and hover."""
+        return [self.tokenizer.decode([int(t)]) for t in ids]
+
+    def kept_positions(self, state: CompressedState) -> list[list[list[int]]]:
+        """[layer][kv_head] -> kept logical prompt positions, for the --positions JSON."""
+        return [
+            [np.flatnonzero(state.kept[layer, h]).tolist() for h in range(state.kept.shape[1])]
+            for layer in range(state.kept.shape[0])
+        ]
+
+    def with_config(self, config: CompressionConfig, **changes: Any) -> CompressionConfig:
+        return replace(config, **changes)
+
+
+def _positions_matrix(layer: Any, n_prompt: int) -> np.ndarray:
+    """[H_kv, n_rows] logical position of each stored row of a sparse layer, -1 where a row is padding."""
+    pos = layer.retained_positions
+    width = layer.n_kept
+    out = np.full((len(pos), width), -1, dtype=np.int64)
+    for h, p in enumerate(pos):
+        p = np.asarray(p)
+        p = p[p < n_prompt]
+        out[h, : p.size] = p
+    return out

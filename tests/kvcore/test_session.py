@@ -1,0 +1,133 @@
+"""Session: prefill once, compress many times without a forward pass, regenerate against the dense baseline."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from kvcore import caches
+from kvcore.capture import Cancelled
+from kvcore.session import CompressionConfig, Session
+
+PROMPT = (
+    "def main(argv):\n    return sum(x * x for x in argv)\nThe quick brown fox jumps over the lazy dog. " * 3
+)
+
+
+@pytest.fixture(scope="module")
+def session(model_dirs):
+    s = Session.load(str(model_dirs["llama"]))
+    s.prefill(PROMPT, n_tokens=12)
+    return s
+
+
+def test_full_is_lossless(session):
+    state = session.compress(CompressionConfig("full", 1.0))
+    regen = session.regenerate(state)
+    assert regen.tokens == session.dense_tokens
+    assert regen.metrics["kl_mean"] == 0.0 and regen.metrics["kl_max"] == 0.0
+    assert regen.metrics["agreement"] == 1.0
+    assert regen.metrics["first_divergence"] is None
+    assert state.bytes_compressed == state.bytes_dense
+
+
+def test_lower_ratio_fewer_bytes_exactly_counted(session):
+    info, T = session.info, session.n_prompt_positions
+    sizes = []
+    for ratio in (1.0, 0.5, 0.25, 0.1):
+        state = session.compress(CompressionConfig("snapkv", ratio))
+        n = max(1, round(ratio * T))
+        assert (state.kept.sum(axis=2) == n).all()
+        expected = 2 * info.n_layers * info.n_kv_heads * n * info.head_dim * 4  # float32 test weights
+        assert state.bytes_compressed == expected == caches.cache_tensor_bytes(state.cache)
+        assert sum(r["bytes_compressed"] for r in state.stats_rows) == state.bytes_compressed
+        sizes.append(state.bytes_compressed)
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 4
+
+
+def test_recompress_never_runs_the_model(session):
+    before = session.forward_calls
+    for method in ("snapkv", "h2o", "tova", "knorm", "streaming_llm", "pyramidkv", "adakv", "random"):
+        for bits in (None, 4):
+            session.compress(CompressionConfig(method, 0.3, bits=bits, group_size=32))
+    assert session.forward_calls == before
+
+
+def test_quantized_stats_report_error(session):
+    state = session.compress(CompressionConfig("h2o", 0.5, bits=4, group_size=32))
+    rows = state.stats_rows
+    assert len(rows) == session.info.n_layers * session.info.n_kv_heads
+    assert all(r["key_rmse"] > 0 and r["value_rmse"] > 0 and r["bits"] == 4 for r in rows)
+    kept_err = state.quant_error[state.kept]
+    assert np.isfinite(kept_err).all() and (kept_err > 0).all()
+    assert np.isnan(state.quant_error[~state.kept]).all()
+    state8 = session.compress(CompressionConfig("h2o", 0.5, bits=8, group_size=32))
+    assert np.nanmean(state8.quant_error) < np.nanmean(state.quant_error)
+
+
+def test_stats_rows_match_kept_mask_and_attention_mass(session):
+    state = session.compress(CompressionConfig("adakv", 0.25))
+    counts = state.kept.sum(axis=2)
+    assert len(set(counts[0].tolist())) > 1 or len(set(counts[1].tolist())) > 1  # ragged somewhere
+    for r in state.stats_rows:
+        assert r["tokens_kept"] == counts[r["layer"], r["kv_head"]]
+        assert 0.0 <= r["attention_mass_kept"] <= 1.0 + 1e-5
+    full = session.compress(CompressionConfig("full", 1.0))
+    assert all(r["attention_mass_kept"] == pytest.approx(1.0, abs=1e-4) for r in full.stats_rows)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(method="nope"), "unknown method"),
+        (dict(ratio=0.0), "ratio must be in"),
+        (dict(ratio=1.5), "ratio must be in"),
+        (dict(bits=7), "bits must be one of"),
+        (dict(group_size=48), "group size must be one of"),
+    ],
+)
+def test_bad_config_is_explained(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CompressionConfig(**kwargs)
+
+
+def test_group_size_must_divide_head_dim(session):
+    with pytest.raises(ValueError, match="does not divide head_dim 32"):
+        session.compress(CompressionConfig("snapkv", 0.5, bits=4, group_size=64))
+
+
+def test_bad_prompts_keep_the_previous_session(session):
+    tokens, ids = list(session.dense_tokens), list(session.prompt_ids)
+    with pytest.raises(ValueError, match="too short"):
+        session.prefill("")
+    with pytest.raises(ValueError, match="context is 4096"):
+        session.prefill(list(range(5)) * 1000)
+    with pytest.raises(Cancelled):
+        session.prefill(PROMPT, should_cancel=lambda: True)
+    assert session.dense_tokens == tokens and session.prompt_ids == ids
+    session.regenerate(session.compress(CompressionConfig("snapkv", 0.5)))
+
+
+def test_session_refuses_other_threads(session):
+    errors = []
+
+    def worker():
+        try:
+            session.compress(CompressionConfig("snapkv", 0.5))
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert errors and "engine thread" in errors[0]
+
+
+def test_extend_grows_the_baseline(model_dirs):
+    s = Session.load(str(model_dirs["qwen3"]))
+    s.prefill(PROMPT, n_tokens=4)
+    first = list(s.dense_tokens)
+    s.extend(3)
+    assert s.dense_tokens[:4] == first and len(s.dense_tokens) == 7
+    regen = s.regenerate(s.compress(CompressionConfig("full", 1.0)))
+    assert regen.tokens == s.dense_tokens
