@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import kvcore  # noqa: F401  (loads the optimized BLAS before mlx)
+
+# isort: split
 import mlx.core as mx
 from mlx.utils import tree_flatten
-
-import kvcore  # noqa: F401  (loads the optimized BLAS before mlx)
 
 ARCHS = {
     "llama": dict(
@@ -40,6 +41,19 @@ ARCHS = {
         rope_theta=1000000.0,
         tie_word_embeddings=True,
         max_position_embeddings=4096,
+    ),
+    # Real architecture whose attention is computed by hand (softcapping), not through mlx-lm's shared
+    # function: KV Lens must refuse it with a clear message.
+    "gemma2": dict(
+        model_type="gemma2",
+        hidden_size=128,
+        num_hidden_layers=2,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        rms_norm_eps=1e-6,
+        query_pre_attn_scalar=32,
     ),
 }
 
