@@ -7,21 +7,9 @@ from typing import Any
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
-COLUMNS = (
-    "method",
-    "retention_ratio",
-    "bits",
-    "group_size",
-    "layer",
-    "kv_head",
-    "tokens_total",
-    "tokens_kept",
-    "bytes_dense",
-    "bytes_compressed",
-    "attention_mass_kept",
-    "key_rmse",
-    "value_rmse",
-)
+from kvcore.export import STATS_COLUMNS
+
+COLUMNS = STATS_COLUMNS
 _Index = QModelIndex | QPersistentModelIndex
 
 
