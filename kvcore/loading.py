@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_flatten
 
 from kvcore import attention
 
@@ -104,7 +106,24 @@ def load(spec: str) -> tuple[nn.Module, Any, ModelInfo]:
         attention.install(model)
     except attention.UnsupportedArchitecture as exc:
         raise ModelLoadError(str(exc)) from exc
+    upcast_on_cpu(model)
     return model, tokenizer, model_info(model, config, path)
+
+
+def upcast_on_cpu(model: nn.Module) -> bool:
+    """On MLX's CPU backend, run half-precision weights in float32; return whether it upcast.
+
+    Half precision has no BLAS path there: a 1024-token prefill of the demo model takes 16-24 s in bfloat16
+    against 2-3 s in float32. Quantized weights (uint32) are left alone; on a GPU nothing changes.
+    """
+    if mx.default_device().type != mx.DeviceType.cpu:
+        return False
+    halves = [v for _, v in tree_flatten(model.parameters()) if v.dtype in (mx.float16, mx.bfloat16)]
+    if not halves:
+        return False
+    model.set_dtype(mx.float32, predicate=lambda dtype: dtype in (mx.float16, mx.bfloat16))
+    mx.eval(model.parameters())
+    return True
 
 
 def model_info(model: nn.Module, config: dict, path: Path) -> ModelInfo:

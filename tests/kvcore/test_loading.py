@@ -56,3 +56,18 @@ def test_uncached_repo_without_network_is_explained(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelLoadError, match="not in the local Hugging Face cache"):
         load("nobody/no-such-model")
+
+
+def test_half_precision_runs_in_float32_on_cpu(tmp_path):
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from tests.model_factory import build_model
+
+    folder = build_model(tmp_path / "bf16", "llama", dtype="bfloat16")
+    model, _, _ = load(str(folder))
+    dtypes = {v.dtype for _, v in tree_flatten(model.parameters())}
+    if mx.default_device().type == mx.DeviceType.cpu:
+        assert dtypes == {mx.float32}
+    else:
+        assert dtypes == {mx.bfloat16}
