@@ -1,0 +1,519 @@
+"""Train KV Lens's demo model end to end: corpus -> tokenizer -> training -> export -> eval.
+
+The app, its tests and CI need a real model that is always there and loads offline, with attention that is
+peaked enough for the heatmaps to mean something. This script builds one from text every machine has: the
+CPython standard library (English from ``pydoc_data/topics.py`` included) plus the Python sources of the
+installed packages (``site.getsitepackages()``, test folders excluded). A fixed list of standard-library
+files is held out for evaluation. Training uses PyTorch + transformers (``LlamaForCausalLM``); the export is
+the Hugging Face layout that ``mlx_lm.load(path)`` reads.
+
+Typical runs::
+
+    python scripts/train_demo_model.py --out resources/models/kvlens-demo            # CUDA, ~6 minutes on an H200
+    python scripts/train_demo_model.py --device cpu --steps 50 --batch-size 4 \\
+        --max-site-mb 5 --out /tmp/kvlens-demo                                        # slow CPU smoke run
+    python scripts/train_demo_model.py --stop-after tokenizer --out /tmp/tok          # corpus + tokenizer only
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import site
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+EOS = "<|endoftext|>"
+
+#: Standard-library files never trained on; their text is the held-out evaluation set.
+HELDOUT = (
+    "bisect.py",
+    "calendar.py",
+    "colorsys.py",
+    "csv.py",
+    "difflib.py",
+    "fractions.py",
+    "ftplib.py",
+    "graphlib.py",
+    "heapq.py",
+    "ipaddress.py",
+    "json/encoder.py",
+    "shlex.py",
+    "statistics.py",
+    "string.py",
+    "textwrap.py",
+    "wave.py",
+)
+
+#: Folders skipped everywhere: tests (as DESIGN.md measured), caches, nested package trees.
+EXCLUDED_DIRS = frozenset(
+    {"test", "tests", "testing", "idle_test", "__pycache__", "site-packages", "dist-packages"}
+)
+MAX_FILE_BYTES = 1_000_000  # larger .py files are generated tables, not code worth learning
+
+MODEL_SHAPE = dict(
+    hidden_size=384,
+    num_hidden_layers=8,
+    intermediate_size=1024,
+    num_attention_heads=6,
+    num_key_value_heads=2,
+    head_dim=64,
+    rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+    max_position_embeddings=2048,
+    tie_word_embeddings=True,
+)
+
+
+@dataclass
+class Corpus:
+    """Documents with stable labels ("stdlib/json/decoder.py", "site0/numpy/core/...")."""
+
+    roots: dict[str, str]
+    train: list[tuple[str, str]] = field(default_factory=list)
+    heldout: list[tuple[str, str]] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def describe(self) -> dict:
+        """Counts and hashes that pin down exactly which files were used."""
+        names = sorted(label for label, _ in self.train)
+        by_label = dict(self.train)
+        content = hashlib.sha256()
+        for label in names:
+            content.update(hashlib.sha256(by_label[label].encode()).digest())
+        per_root: dict[str, int] = {}
+        for label in names:
+            key = label.split("/", 1)[0]
+            per_root[key] = per_root.get(key, 0) + 1
+        return {
+            "roots": self.roots,
+            "train_files": len(names),
+            "train_files_per_root": per_root,
+            "train_bytes": sum(len(t.encode()) for _, t in self.train),
+            "train_list_sha256": hashlib.sha256("\n".join(names).encode()).hexdigest(),
+            "train_content_sha256": content.hexdigest(),
+            "heldout_files": [label for label, _ in self.heldout],
+            "heldout_bytes": sum(len(t.encode()) for _, t in self.heldout),
+            "skipped": self.skipped,
+            "rules": (
+                f"*.py under each root; folders {sorted(EXCLUDED_DIRS)} and dot-folders skipped; "
+                f"test_*.py / *_test.py skipped; files > {MAX_FILE_BYTES} bytes or not UTF-8 skipped; "
+                "exact duplicates (by content) kept once, in sorted-label order, stdlib first; "
+                "held-out contents never trained on"
+            ),
+        }
+
+
+def _iter_py(root: Path):
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.endswith(".py") or name.startswith("test_") or name.endswith("_test.py"):
+                continue
+            yield Path(dirpath) / name
+
+
+def collect_corpus(use_site: bool = True, max_site_mb: float | None = None) -> Corpus:
+    """Read the standard library and (optionally) the installed packages' sources, holding out HELDOUT."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    roots = {"stdlib": str(stdlib)}
+    if use_site:
+        for p in site.getsitepackages():
+            resolved = str(Path(p).resolve())
+            if Path(p).is_dir() and resolved not in roots.values():
+                roots[f"site{len(roots) - 1}"] = resolved
+    corpus = Corpus(roots=roots)
+    skipped = {"too_large": 0, "not_utf8": 0, "duplicate": 0, "heldout_copy": 0, "site_budget": 0}
+    seen: set[str] = set()
+    heldout_hashes: set[str] = set()
+    for rel in HELDOUT:
+        text = (stdlib / rel).read_text(encoding="utf-8")
+        corpus.heldout.append((f"stdlib/{rel}", text))
+        heldout_hashes.add(hashlib.sha256(text.encode()).hexdigest())
+    site_budget = None if max_site_mb is None else int(max_site_mb * 1e6)
+    site_bytes = 0
+    for key, root in roots.items():
+        for path in _iter_py(Path(root)):
+            rel = path.relative_to(root).as_posix()
+            if key == "stdlib" and rel in HELDOUT:
+                continue
+            try:
+                raw = path.read_bytes()
+            except OSError:
+                continue
+            if len(raw) > MAX_FILE_BYTES:
+                skipped["too_large"] += 1
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                skipped["not_utf8"] += 1
+                continue
+            digest = hashlib.sha256(raw).hexdigest()
+            if digest in heldout_hashes:
+                skipped["heldout_copy"] += 1
+                continue
+            if digest in seen or not text.strip():
+                skipped["duplicate"] += 1
+                continue
+            if key != "stdlib" and site_budget is not None and site_bytes + len(raw) > site_budget:
+                skipped["site_budget"] += 1
+                continue
+            seen.add(digest)
+            if key != "stdlib":
+                site_bytes += len(raw)
+            corpus.train.append((f"{key}/{rel}", text))
+    corpus.skipped = skipped
+    return corpus
+
+
+def train_tokenizer(corpus: Corpus, vocab_size: int, sample_mb: float, out: Path):
+    """Byte-level BPE on the stdlib plus an evenly spaced sample of the rest (BPE training is RAM-bound)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    std = [t for label, t in corpus.train if label.startswith("stdlib/")]
+    rest = [t for label, t in corpus.train if not label.startswith("stdlib/")]
+    budget = max(0.0, sample_mb * 1e6 - sum(len(t) for t in std))
+    rest_bytes = sum(len(t) for t in rest)
+    stride = max(1, math.ceil(rest_bytes / budget)) if budget > 0 else len(rest) + 1
+    texts = std + rest[::stride]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"), pretty=False)
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "eos_token": EOS,
+                "bos_token": None,
+                "pad_token": EOS,
+                "add_bos_token": False,
+                "clean_up_tokenization_spaces": False,
+                "model_max_length": MODEL_SHAPE["max_position_embeddings"],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    return tok
+
+
+def encode(tok, docs: list[tuple[str, str]], eos_id: int) -> np.ndarray:
+    """Concatenate the documents' token ids, each followed by EOS, as uint16."""
+    encode_batch = getattr(tok, "encode_batch_fast", tok.encode_batch)
+    parts = []
+    for i in range(0, len(docs), 2000):
+        for enc in encode_batch([t for _, t in docs[i : i + 2000]]):
+            parts.append(np.asarray(enc.ids, dtype=np.uint16))
+            parts.append(np.asarray([eos_id], dtype=np.uint16))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
+
+
+def unigram_baseline(train_ids: np.ndarray, heldout_ids: np.ndarray, vocab: int) -> dict:
+    """Next-token figures of a model that ignores context (add-one smoothed train frequencies)."""
+    counts = np.bincount(train_ids, minlength=vocab).astype(np.float64) + 1.0
+    logp = np.log(counts / counts.sum())
+    targets = heldout_ids[1:].astype(np.int64)
+    return {
+        "nll_per_token": float(-logp[targets].mean()),
+        "top1": float((targets == int(counts.argmax())).mean()),
+    }
+
+
+def mlx_config(vocab_size: int, eos_id: int, dtype: str) -> dict:
+    """config.json in the LlamaForCausalLM layout that mlx-lm's `llama` model reads."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": vocab_size,
+        **MODEL_SHAPE,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "bos_token_id": eos_id,
+        "eos_token_id": eos_id,
+        "torch_dtype": dtype,
+    }
+
+
+def train_model(args, train_ids: np.ndarray, vocab_size: int, eos_id: int, log):
+    """AdamW + cosine on random windows; the last `long_frac` of progress runs at `long_seq` so 2048 works."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    device = torch.device(args.device)
+    torch.manual_seed(args.seed)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    shape = {k: v for k, v in MODEL_SHAPE.items() if k != "rope_theta"}
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        rope_theta=MODEL_SHAPE["rope_theta"],
+        bos_token_id=eos_id,
+        eos_token_id=eos_id,
+        **shape,
+    )
+    model = LlamaForCausalLM(config).to(device)
+    if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
+        model.lm_head.weight = model.model.embed_tokens.weight
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: {n_params / 1e6:.2f} M parameters (tied embeddings)")
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+        fused=device.type == "cuda",
+    )
+    data = torch.from_numpy(train_ids.astype(np.int64)).to(device)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    amp = device.type == "cuda"
+    budget_s = args.time_budget_min * 60 if args.time_budget_min else None
+    t0 = time.time()
+    step, tokens, progress = 0, 0, 0.0
+    model.train()
+    while step < args.steps:
+        elapsed = time.time() - t0
+        progress = step / args.steps
+        if budget_s:
+            if elapsed >= budget_s:
+                log(f"time budget reached at step {step}")
+                break
+            progress = max(progress, elapsed / budget_s)
+        long = progress >= 1.0 - args.long_frac
+        seq = args.long_seq if long else args.seq_len
+        bsz = max(1, args.batch_size * args.seq_len // seq)
+        if step < args.warmup:
+            lr = args.lr * (step + 1) / args.warmup
+        else:
+            lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        starts = torch.randint(0, data.numel() - seq - 1, (bsz,), device=device, generator=gen)
+        window = data[starts[:, None] + torch.arange(seq + 1, device=device)]
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            logits = model(input_ids=window[:, :-1]).logits
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab_size), window[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        tokens += bsz * seq
+        if step % args.log_every == 0 or step == 1:
+            log(
+                f"step {step:5d} seq {seq} loss {loss.item():.4f} lr {lr:.2e} "
+                f"{time.time() - t0:7.1f}s {tokens / (time.time() - t0):,.0f} tok/s"
+            )
+    stats = {
+        "steps": step,
+        "tokens_seen": tokens,
+        "train_seconds": round(time.time() - t0, 1),
+        "final_train_loss": float(loss.item()),
+        "parameters": n_params,
+    }
+    return model, stats
+
+
+def evaluate(model, ids: np.ndarray, seq: int, device: str, batch: int = 16) -> dict:
+    """Top-1 and NLL/token over non-overlapping windows; also split by position (< 1024 and >= 1024)."""
+    import torch
+    import torch.nn.functional as F
+
+    model.eval()
+    n = (len(ids) - 1) // seq
+    x = torch.from_numpy(ids[: n * seq + 1].astype(np.int64))
+    inputs = x[:-1].reshape(n, seq)
+    targets = x[1:].reshape(n, seq)
+    nll = torch.zeros(seq, dtype=torch.float64)
+    hit = torch.zeros(seq, dtype=torch.float64)
+    amp = torch.device(device).type == "cuda"
+    with torch.no_grad():
+        for i in range(0, n, batch):
+            inp = inputs[i : i + batch].to(device)
+            tgt = targets[i : i + batch].to(device)
+            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=amp):
+                logits = model(input_ids=inp).logits.float()
+            loss = F.cross_entropy(logits.transpose(1, 2), tgt, reduction="none")
+            nll += loss.double().sum(0).cpu()
+            hit += (logits.argmax(-1) == tgt).double().sum(0).cpu()
+    out = {
+        "seq_len": seq,
+        "tokens": n * seq,
+        "nll_per_token": float(nll.sum() / (n * seq)),
+        "top1": float(hit.sum() / (n * seq)),
+    }
+    if seq > 1024:
+        out["nll_positions_ge_1024"] = float(nll[1024:].sum() / (n * (seq - 1024)))
+        out["nll_positions_lt_1024"] = float(nll[:1024].sum() / (n * 1024))
+    model.train()
+    return out
+
+
+def export(model, out: Path, config: dict, dtype: str, shard_mb: float) -> dict:
+    """Sharded safetensors + index in the HF layout (each shard small enough to travel back)."""
+    import torch
+    from safetensors.torch import save_file
+
+    tdtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[dtype]
+    state = {
+        k: v.detach().to("cpu", tdtype).contiguous()
+        for k, v in model.state_dict().items()
+        if k != "lm_head.weight" and "rotary_emb" not in k
+    }
+    for old in out.glob("model*.safetensors*"):
+        old.unlink()
+    shards: list[dict] = [{}]
+    size = 0
+    for key in sorted(state):
+        nbytes = state[key].numel() * state[key].element_size()
+        if shards[-1] and size + nbytes > shard_mb * 1e6:
+            shards.append({})
+            size = 0
+        shards[-1][key] = state[key]
+        size += nbytes
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(out / name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, name))
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=1) + "\n")
+    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    return {"shards": len(shards), "weight_bytes": total}
+
+
+def write_slice(tok, heldout: list[tuple[str, str]], path: Path, n_tokens: int) -> None:
+    """A small held-out text for the tests to re-measure: whole lines from the held-out files."""
+    text, used = "", 0
+    for _, doc in heldout:
+        for line in doc.splitlines(keepends=True):
+            used += len(tok.encode(line).ids)
+            text += line
+            if used >= n_tokens:
+                path.write_text(text)
+                return
+    path.write_text(text)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path("resources/models/kvlens-demo"))
+    p.add_argument("--device", default="cuda", help="cuda or cpu")
+    p.add_argument("--steps", type=int, default=4000)
+    p.add_argument("--time-budget-min", type=float, default=0.0, help="stop (and finish the cosine) by then")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seq-len", type=int, default=1024)
+    p.add_argument("--long-seq", type=int, default=1024)
+    p.add_argument("--long-frac", type=float, default=0.2, help="final share of training at --long-seq")
+    p.add_argument("--lr", type=float, default=1.5e-3)
+    p.add_argument("--warmup", type=int, default=150)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab-size", type=int, default=8192)
+    p.add_argument("--tokenizer-sample-mb", type=float, default=48.0)
+    p.add_argument("--no-site-packages", action="store_true", help="standard library only (overfits)")
+    p.add_argument("--max-site-mb", type=float, default=None, help="cap on site-packages bytes")
+    p.add_argument("--export-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--shard-mb", type=float, default=12.0)
+    p.add_argument("--slice-out", type=Path, default=None, help="write a held-out text slice here")
+    p.add_argument("--slice-tokens", type=int, default=1024)
+    p.add_argument("--list-out", type=Path, default=None, help="write the sorted training file list here")
+    p.add_argument("--log-every", type=int, default=100)
+    p.add_argument("--stop-after", choices=["corpus", "tokenizer"], default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    args.out.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+
+    def log(msg: str) -> None:
+        print(f"[{time.time() - t_start:7.1f}s] {msg}", flush=True)
+
+    corpus = collect_corpus(use_site=not args.no_site_packages, max_site_mb=args.max_site_mb)
+    desc = corpus.describe()
+    log(
+        f"corpus: {desc['train_files']} train files, {desc['train_bytes'] / 1e6:.1f} MB; "
+        f"{len(corpus.heldout)} held-out files; list sha256 {desc['train_list_sha256'][:16]}"
+    )
+    if args.list_out:
+        args.list_out.write_text("\n".join(sorted(label for label, _ in corpus.train)) + "\n")
+    if args.stop_after == "corpus":
+        return 0
+    tok = train_tokenizer(corpus, args.vocab_size, args.tokenizer_sample_mb, args.out)
+    vocab_size = tok.get_vocab_size()
+    eos_id = tok.token_to_id(EOS)
+    log(f"tokenizer: vocab {vocab_size}, eos id {eos_id}")
+    if args.slice_out:
+        write_slice(tok, corpus.heldout, args.slice_out, args.slice_tokens)
+    if args.stop_after == "tokenizer":
+        return 0
+    train_ids = encode(tok, corpus.train, eos_id)
+    heldout_ids = encode(tok, corpus.heldout, eos_id)
+    log(f"tokens: train {len(train_ids):,}, held-out {len(heldout_ids):,}")
+    baseline = unigram_baseline(train_ids, heldout_ids, vocab_size)
+    log(f"unigram baseline: {baseline}")
+
+    model, stats = train_model(args, train_ids, vocab_size, eos_id, log)
+    log(f"trained: {stats}")
+    heldout = evaluate(model, heldout_ids, args.seq_len, args.device)
+    heldout_long = evaluate(model, heldout_ids, args.long_seq, args.device)
+    log(f"held-out @{args.seq_len}: {heldout}")
+    log(f"held-out @{args.long_seq}: {heldout_long}")
+    config = mlx_config(vocab_size, eos_id, args.export_dtype)
+    exported = export(model, args.out, config, args.export_dtype, args.shard_mb)
+    import torch
+    import transformers
+
+    report = {
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
+        "corpus": desc,
+        "tokens": {"train": int(len(train_ids)), "heldout": int(len(heldout_ids))},
+        "tokenizer": {"type": "byte-level BPE", "vocab_size": vocab_size, "eos_id": eos_id},
+        "training": {
+            **stats,
+            **{
+                k: getattr(args, k)
+                for k in ("batch_size", "seq_len", "long_seq", "long_frac", "lr", "warmup", "seed")
+            },
+        },
+        "heldout": heldout,
+        "heldout_long": heldout_long,
+        "unigram_baseline": baseline,
+        "export": {**exported, "dtype": args.export_dtype},
+        "wall_seconds": round(time.time() - t_start, 1),
+    }
+    (args.out / "train_report.json").write_text(json.dumps(report, indent=1) + "\n")
+    log(f"done: {json.dumps({k: report[k] for k in ('heldout', 'unigram_baseline', 'export')})}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
