@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.exporters import ImageExporter, SVGExporter
-from PySide6.QtCore import QPointF, Signal
+from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QCursor, QFontMetrics
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolTip, QVBoxLayout, QWidget
 
@@ -156,6 +156,7 @@ class _RowAxis(pg.AxisItem):
 
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list:  # noqa: N802
         n = len(self.labels)
+        minVal, maxVal = sorted((minVal, maxVal))  # noqa: N806 (the y axis is inverted: range comes high-low)
         if not n or maxVal <= minVal or size <= 0:
             return []
         lo, hi = max(0, math.floor(minVal)), min(n, math.ceil(maxVal))
@@ -234,6 +235,12 @@ class RetentionHeatmap(QWidget):
         self.marker.setZValue(10)
         self.marker.setVisible(False)
         self.plot.addItem(self.marker)
+        self.boundary = pg.InfiniteLine(
+            angle=90, movable=False, pen=pg.mkPen((235, 235, 235), width=1, style=Qt.PenStyle.DashLine)
+        )
+        self.boundary.setZValue(9)
+        self.boundary.setVisible(False)
+        self.plot.addItem(self.boundary)
         self.colorBar = pg.ColorBarItem(values=(0, 1), interactive=False, colorMapMenu=False, width=15)
         self.graphics.addItem(self.colorBar, row=0, col=1)
         self.colorBar.setVisible(False)
@@ -288,6 +295,8 @@ class RetentionHeatmap(QWidget):
 
     def clear(self) -> None:
         """Show nothing (e.g. after loading another model)."""
+        self.set_boundary(None)
+        self.highlight_position(None)
         self.set_data(np.zeros((0, 0), dtype=bool), [], [], None, None, 0, 0)
 
     def set_view(self, name: str) -> None:
@@ -313,6 +322,16 @@ class RetentionHeatmap(QWidget):
             return
         self.marker.setPos(pos + 0.5)
         self.marker.setVisible(True)
+
+    def set_boundary(self, column: int | None) -> None:
+        """Mark where the compressible prompt ends and the always-stored tail (the last prompt token and
+        the generated tokens) begins; None hides the line."""
+        self.boundary.setVisible(column is not None)
+        if column is not None:
+            self.boundary.setPos(column)
+            self.boundary.setToolTip(
+                "Right of this line: the last prompt token and the generated tokens, always kept"
+            )
 
     def image_rgba(self) -> np.ndarray:
         """A copy of the RGBA image currently displayed, shape (rows shown, T, 4)."""

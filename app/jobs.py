@@ -1,0 +1,106 @@
+"""The jobs the window submits to the engine thread. Each runs there, and only there, touches the Session.
+
+A job is built on the GUI thread from plain values (a path, a prompt, a config dict) and returns plain values
+(app.view_model), so no MLX object ever crosses threads. The Session lives in `ctx.state["session"]` and is
+replaced only when a load succeeds, so a failed load or prefill leaves the user's session as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from app.engine_thread import Cancelled, Job, JobContext
+from app.view_model import CompressionView, LoadedModel, SequenceView, compression_view, sequence_view
+from kvcore import capture
+from kvcore.session import CompressionConfig, Session
+
+SESSION = "session"
+
+
+def _session(ctx: JobContext) -> Session:
+    session = ctx.state.get(SESSION)
+    if session is None:
+        raise ValueError("no model is loaded: load a model first")
+    return session
+
+
+def load(spec: str) -> Job:
+    """Load a model; the previous session stays if this fails or is cancelled."""
+
+    def job(ctx: JobContext) -> LoadedModel:
+        ctx.progress(0.0, f"Loading {spec}…")
+        session = Session.load(spec)
+        ctx.check_cancelled()
+        ctx.state[SESSION] = session
+        return LoadedModel(spec, session.info)
+
+    return job
+
+
+def prefill(prompt: str, n_tokens: int) -> Job:
+    """Prefill with capture and compute the dense continuation (the baseline every setting is measured on)."""
+
+    def job(ctx: JobContext) -> SequenceView:
+        session = _session(ctx)
+
+        def progress(done: int, total: int) -> None:
+            ctx.progress(done / max(total, 1), f"Prefill {done}/{total} tokens")
+
+        try:
+            session.prefill(prompt, n_tokens=n_tokens, on_progress=progress, should_cancel=ctx.cancelled)
+        except capture.Cancelled as exc:
+            raise Cancelled(str(exc)) from exc
+        return sequence_view(session)
+
+    return job
+
+
+def extend(n: int) -> Job:
+    """Continue the dense greedy continuation by n tokens (Step = 1, Generate N = n)."""
+
+    def job(ctx: JobContext) -> SequenceView:
+        session = _session(ctx)
+        ctx.progress(0.0, f"Generating {n} token{'s' if n != 1 else ''}…")
+        try:
+            session.extend(n, should_cancel=ctx.cancelled)
+        except capture.Cancelled as exc:
+            raise Cancelled(str(exc)) from exc
+        return sequence_view(session)
+
+    return job
+
+
+def compress(
+    config: dict[str, Any], regenerate: bool, is_current: Callable[[int], bool] | None = None
+) -> Job:
+    """Compress the prefilled cache with `config` and, if asked, regenerate. None when nothing is prefilled
+    or when a newer request made this one stale (`is_current(request_id)` False): a drag then never waits
+    for a regeneration nobody will see."""
+
+    def job(ctx: JobContext) -> CompressionView | None:
+        cfg = CompressionConfig.from_dict(config)
+        session = ctx.state.get(SESSION)
+        if session is None or not session.prompt_ids:
+            return None
+
+        def stale() -> bool:
+            return is_current is not None and not is_current(ctx.request_id)
+
+        state = session.compress(cfg)
+        regen = None
+        if regenerate:
+            if stale():
+                return None
+            ctx.check_cancelled()
+            try:
+                regen = session.regenerate(state, should_cancel=lambda: ctx.cancelled() or stale())
+            except capture.Cancelled as exc:
+                if stale() and not ctx.cancelled():
+                    return None
+                raise Cancelled(str(exc)) from exc
+        view = compression_view(session, state, regen)
+        view.request_id = ctx.request_id
+        return view
+
+    return job

@@ -1,0 +1,126 @@
+"""Plain data the engine thread hands to the GUI: everything a widget shows, already NumPy/Python.
+
+Qt-free and MLX-free on purpose: building these happens inside a job (on the engine thread), reading them
+happens on the GUI thread, so nothing in here may hold an MLX array or a Session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvcore.loading import ModelInfo
+from kvcore.session import CompressedState, Regeneration, Session
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What the window needs to know after a load."""
+
+    spec: str
+    info: ModelInfo
+
+
+@dataclass(frozen=True)
+class SequenceView:
+    """The prompt tokens followed by the dense continuation, as text, for the session panel."""
+
+    tokens: list[str]
+    prompt_len: int
+    prefill_ms: float | None = None
+
+
+@dataclass
+class CompressionView:
+    """One compression result ready to draw. Columns are sequence positions: the T compressible prompt
+    positions, then the last prompt token and the dense continuation, which are always stored."""
+
+    config: dict[str, Any]
+    n_layers: int
+    n_kv_heads: int
+    n_prompt_positions: int
+    kept: np.ndarray  # [L*H_kv, columns] bool
+    row_labels: list[str]
+    token_texts: list[str]
+    scores: np.ndarray | None  # [L*H_kv, columns] float32, NaN where there is no score
+    quant_error: np.ndarray | None  # [L*H_kv, columns] float32, NaN where nothing was quantized
+    stats_rows: list[dict[str, Any]]
+    metrics: dict[str, Any]
+    sequence: SequenceView
+    dense_texts: list[str]
+    compressed_texts: list[str] | None  # None when not regenerated
+    first_divergence: int | None
+    not_compressible: list[int] = field(default_factory=list)
+    request_id: int = 0
+
+
+def rows_of(per_layer: np.ndarray) -> np.ndarray:
+    """[L, H_kv, T] -> [L*H_kv, T], row r = layer r // H_kv, kv-head r % H_kv (the heatmap's row order)."""
+    n_layers, n_heads, length = per_layer.shape
+    return per_layer.reshape(n_layers * n_heads, length)
+
+
+def sequence_view(session: Session) -> SequenceView:
+    """Prompt plus dense continuation as token texts."""
+    ids = [*session.prompt_ids, *session.dense_tokens]
+    return SequenceView(session.token_texts(ids), len(session.prompt_ids), session.prefill_ms)
+
+
+def _padded(rows: np.ndarray, extra: int, fill: float | bool) -> np.ndarray:
+    pad = np.full((rows.shape[0], extra), fill, dtype=rows.dtype)
+    return np.concatenate([rows, pad], axis=1)
+
+
+def _scores(state: CompressedState, n_heads: int) -> np.ndarray | None:
+    layers = state.ranking.layers
+    if all(layer is None for layer in layers):
+        return None
+    length = state.kept.shape[2]
+    out = np.full((len(layers), n_heads, length), np.nan, dtype=np.float32)
+    for i, layer in enumerate(layers):
+        if layer is not None:
+            out[i] = layer.scores
+    return out
+
+
+def compression_view(session: Session, state: CompressedState, regen: Regeneration | None) -> CompressionView:
+    """Turn a compressed state (and its regeneration, if any) into widget data."""
+    n_layers, n_heads, _ = state.kept.shape
+    sequence = sequence_view(session)
+    extra = len(sequence.tokens) - session.n_prompt_positions
+    not_compressible = [i for i, layer in enumerate(state.ranking.layers) if layer is None]
+    labels = [
+        f"L{layer} h{head}" + (" ✕" if layer in not_compressible else "")
+        for layer in range(n_layers)
+        for head in range(n_heads)
+    ]
+    scores = _scores(state, n_heads)
+    quant = state.quant_error
+    metrics: dict[str, Any] = {
+        "bytes_dense": state.bytes_dense,
+        "bytes_compressed": state.bytes_compressed,
+        "compression_ratio": state.bytes_compressed / state.bytes_dense if state.bytes_dense else None,
+        "recompress_ms": state.recompress_ms,
+    }
+    if regen is not None:
+        metrics = {k: v for k, v in regen.metrics.items() if k != "kl_per_step"}
+    return CompressionView(
+        config=state.config.to_dict(),
+        n_layers=n_layers,
+        n_kv_heads=n_heads,
+        n_prompt_positions=session.n_prompt_positions,
+        kept=_padded(rows_of(state.kept), extra, True),
+        row_labels=labels,
+        token_texts=sequence.tokens,
+        scores=None if scores is None else _padded(rows_of(scores), extra, np.nan),
+        quant_error=None if quant is None else _padded(rows_of(quant.astype(np.float32)), extra, np.nan),
+        stats_rows=[dict(r) for r in state.stats_rows],
+        metrics=metrics,
+        sequence=sequence,
+        dense_texts=session.token_texts(session.dense_tokens),
+        compressed_texts=None if regen is None else session.token_texts(regen.tokens),
+        first_divergence=None if regen is None else regen.metrics.get("first_divergence"),
+        not_compressible=not_compressible,
+    )

@@ -1,0 +1,154 @@
+"""Make docs/screenshot.png: the real window after a prefill and a compression on the demo model, under Xvfb.
+
+Run `make screenshot` (or `python scripts/screenshot.py [out.png]`). Without a display it re-runs itself under
+`xvfb-run` (Qt's xcb plugin needs libxcb-icccm4 and libxcb-keysyms1 on Debian); settings go to a temporary
+file, so the user's own settings are never read or written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "docs" / "screenshot.png"
+SIZE = (1440, 900)
+CONFIG = {"method": "snapkv", "ratio": 0.3, "bits": 4, "group_size": 64}
+FALLBACK_PROMPT = '''import json
+from pathlib import Path
+
+
+class ConfigurationRegistry:
+    """Holds named configurations loaded from JSON files."""
+
+    def __init__(self, root):
+        self.root = Path(root)
+        self.entries = {}
+
+    def load(self, name):
+        path = self.root / f"{name}.json"
+        with path.open() as f:
+            self.entries[name] = json.load(f)
+        return self.entries[name]
+
+    def names(self):
+        return sorted(self.entries)
+
+
+def merge(left, right):
+    out = dict(left)
+    for key, value in right.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def main(argv):
+    registry = ConfigurationRegistry(argv[0])
+    for name in argv[1:]:
+        registry.load(name)
+    return registry.'''
+
+
+def _needs_display() -> bool:
+    return (
+        sys.platform.startswith("linux")
+        and not os.environ.get("DISPLAY")
+        and not os.environ.get("KVLENS_XVFB")
+    )
+
+
+def _rerun_under_xvfb() -> int:
+    """Run this script again on a virtual X screen; without Xvfb or Qt's xcb libraries, render offscreen."""
+    me = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]
+    xvfb = shutil.which("xvfb-run")
+    if xvfb is not None:
+        env = dict(os.environ, KVLENS_XVFB="1", QT_QPA_PLATFORM="xcb")
+        screen = f"-screen 0 {SIZE[0] + 160}x{SIZE[1] + 160}x24"
+        rc = subprocess.call([xvfb, "-a", "-s", screen, *me], env=env)
+        if rc >= 0:
+            return rc
+        print(
+            "Qt could not open the Xvfb display (missing xcb libraries? apt-get install libxcb-icccm4 "
+            "libxcb-keysyms1 libxcb-cursor0); rendering offscreen instead.",
+            file=sys.stderr,
+        )
+    else:
+        print("xvfb-run not found (apt-get install xvfb); rendering offscreen instead.", file=sys.stderr)
+    return subprocess.call(me, env=dict(os.environ, KVLENS_XVFB="1", QT_QPA_PLATFORM="offscreen"))
+
+
+def long_range_prompt() -> Path | None:
+    """The sample prompt that refers back furthest (the file named *long*, else the longest one)."""
+    from kvcore.resources import prompts_dir
+
+    files = sorted(prompts_dir().glob("*.txt")) if prompts_dir().is_dir() else []
+    named = [f for f in files if "long" in f.stem.lower()]
+    return named[0] if named else max(files, key=lambda f: f.stat().st_size, default=None)
+
+
+def _choose_prompt(window) -> None:  # noqa: ANN001
+    """Pick the sample prompt through the panel's own combo (so it shows as chosen), else the built-in one."""
+    chosen, combo = long_range_prompt(), window.sessionPanel.samplePromptCombo
+    index = combo.findData(str(chosen)) if chosen else -1
+    if index >= 0:
+        combo.setCurrentIndex(index)
+        combo.activated.emit(index)
+    else:
+        window.sessionPanel.promptEdit.setPlainText(FALLBACK_PROMPT)
+
+
+def _wait(app, condition, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while not condition() and time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.02)
+    return condition()
+
+
+def main(out: Path) -> int:
+    sys.path.insert(0, str(ROOT))
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow, default_model
+
+    if default_model() is None:
+        print("The demo model is missing (resources/models/kvlens-demo): nothing to show.", file=sys.stderr)
+        return 1
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setApplicationName("KV Lens")
+    with tempfile.TemporaryDirectory() as tmp:
+        window = MainWindow(settings_path=Path(tmp) / "settings.json")
+        window.resize(*SIZE)
+        window.show()
+        if not _wait(app, lambda: window.model_info is not None, 120):
+            print(f"Loading failed: {window.last_error}", file=sys.stderr)
+            return 1
+        window.controls.set_config(CONFIG)
+        _choose_prompt(window)
+        window.prefill()
+        done = _wait(app, lambda: window.displayed_ids and window.status.busyLabel.text() == "", 600)
+        if not done:
+            print(f"Prefill or compression did not finish: {window.last_error}", file=sys.stderr)
+            return 1
+        window.heatmap.highlight_position(len(window.sessionPanel.generatedView.starts) - 1)
+        _wait(app, lambda: False, 0.5)  # let the last paints land
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if not window.grab().save(str(out)):
+            print(f"Could not write {out}", file=sys.stderr)
+            return 1
+        window.close()
+    print(f"Wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_OUT
+    sys.exit(_rerun_under_xvfb() if _needs_display() else main(target))
