@@ -61,8 +61,8 @@ def main() -> None:
     naive_push(0)
     lut_ms, naive_ms = _median_ms(lut_push), _median_ms(naive_push)
     print(f"heatmap refresh, {LAYERS}x{HEADS} rows x {T} positions, median of {REPEATS}:")
-    print(f"  LUT uint8 RGBA, autoLevels=False : {lut_ms:8.1f} ms")
-    print(f"  naive float colormap, autoLevels : {naive_ms:8.1f} ms  ({naive_ms / lut_ms:.1f}x slower)")
+    print(f"  packed-uint32 LUT, autoLevels=False : {lut_ms:8.1f} ms")
+    print(f"  naive float colormap, autoLevels   : {naive_ms:8.1f} ms  ({naive_ms / lut_ms:.1f}x slower)")
     widget.close()
 
 

@@ -7,6 +7,7 @@ The RGBA image is built with NumPy LUT indexing and pushed with autoLevels=False
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import math
 import os
@@ -34,9 +35,22 @@ _SCORE_MAP = "viridis"
 _QUANT_MAP = "inferno"
 
 
+@functools.lru_cache(maxsize=8)
 def _lut(cmap_name: str) -> np.ndarray:
-    """256 x 4 uint8 colours of a pyqtgraph colormap."""
-    return pg.colormap.get(cmap_name).getLookupTable(nPts=256, alpha=True, mode="byte").astype(np.uint8)
+    """256 x 4 uint8 colours of a pyqtgraph colormap (built once per map)."""
+    lut = pg.colormap.get(cmap_name).getLookupTable(nPts=256, alpha=True, mode="byte").astype(np.uint8)
+    lut.flags.writeable = False
+    return lut
+
+
+def _apply(lut: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """(N, 4) uint8 colours indexed by `idx` -> idx.shape + (4,) uint8.
+
+    One 4-byte take per cell instead of fancy-indexing rows of 4: 7-10x faster, which is what keeps a
+    32 x 8 x 8k refresh inside one frame.
+    """
+    packed = np.ascontiguousarray(lut, dtype=np.uint8).view(np.uint32).ravel()
+    return packed.take(idx).view(np.uint8).reshape(*idx.shape, 4)
 
 
 def _to_index(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -59,7 +73,7 @@ def _finite_range(values: np.ndarray, mask: np.ndarray | None = None) -> tuple[f
 def render_kept(kept: np.ndarray) -> np.ndarray:
     """(rows, T) bool -> (rows, T, 4) uint8: saturated colour for kept, near black for evicted."""
     lut = np.array([EVICTED_RGBA, KEPT_RGBA], dtype=np.uint8)
-    return lut[kept.view(np.uint8)]
+    return _apply(lut, kept.view(np.uint8))
 
 
 def render_scores(kept: np.ndarray, scores: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -72,7 +86,7 @@ def render_scores(kept: np.ndarray, scores: np.ndarray, lo: float, hi: float) ->
     lut = np.concatenate([dim, base])
     idx = _to_index(scores, lo, hi).astype(np.uint16)
     idx += kept.view(np.uint8).astype(np.uint16) << 8
-    return lut[idx]
+    return _apply(lut, idx)
 
 
 def render_quant(kept: np.ndarray, error: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -80,7 +94,7 @@ def render_quant(kept: np.ndarray, error: np.ndarray, lo: float, hi: float) -> n
     lut = np.concatenate([_lut(_QUANT_MAP), np.array([EVICTED_RGBA], dtype=np.uint8)])
     idx = _to_index(error, lo, hi).astype(np.uint16)
     idx[~kept] = 256
-    return lut[idx]
+    return _apply(lut, idx)
 
 
 def _token_label(text: str, limit: int = 12) -> str:

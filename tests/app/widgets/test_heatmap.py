@@ -168,3 +168,12 @@ def test_large_cache_image_shape(qtbot):
     widget.set_view(VIEW_SCORES)
     assert widget.image_rgba().shape == (rows, length, 4)
     assert widget.image.image.shape == (rows, length, 4)
+
+
+def test_packed_lut_equals_row_indexing():
+    from app.widgets.heatmap import _apply
+
+    rng = np.random.default_rng(3)
+    lut = rng.integers(0, 256, size=(257, 4), dtype=np.uint8)
+    idx = rng.integers(0, 257, size=(7, 33)).astype(np.uint16)
+    np.testing.assert_array_equal(_apply(lut, idx), lut[idx])
