@@ -5,7 +5,13 @@ through `kvcore.attention` sees each layer's post-RoPE queries and cached keys a
 
 - the last `window` queries (snapkv, pyramidkv, tova score from them after prefill);
 - h2o's column sums of the causal softmax attention over *all* prompt queries, accumulated chunk by chunk and in
-  blocks of queries, so no [T, T] matrix per head is ever held at once.
+  blocks of queries, so no [T, T] matrix per head is ever held at once. That costs far more than the prefill on a
+  CPU (MLX's CPU `exp` runs at ~25 M/s: ~8.5 s per 32-head layer at 4k tokens), so `h2o="lazy"` only keeps each
+  chunk's queries (in the model's dtype) and `LayerObservation.ensure_h2o()` computes the same sums, bit for bit,
+  the first time a method asks; the queries are dropped then. Memory until then: H_q/(2·H_kv) × the dense cache.
+
+Nothing is evaluated inside the observer: the recorded arrays are evaluated with each chunk's logits, so MLX
+schedules them with the forward pass instead of stalling once per layer.
 
 Keys themselves are not copied: after prefill they are read from the cache (post-RoPE, as mlx-lm stores them).
 Layers whose cache is not a plain mlx-lm `KVCache` (sliding window, SSM state, quantized) get no observation.
@@ -41,6 +47,9 @@ class LayerObservation:
     n_q_heads: int
     n_kv_heads: int
     scale: float
+    pending_queries: list[mx.array] | None = (
+        None  # h2o="lazy": every chunk's queries [H_q, N, D], model dtype
+    )
 
     @property
     def n_tokens(self) -> int:
@@ -50,6 +59,16 @@ class LayerObservation:
     def group(self) -> int:
         """Query heads per kv-head (GQA); query head h reads kv-head h // group."""
         return self.n_q_heads // self.n_kv_heads
+
+    def ensure_h2o(self) -> mx.array | None:
+        """Compute the h2o sums from the kept queries if capture deferred them; identical to eager capture."""
+        if self.h2o_sums is None and self.pending_queries:
+            sums, stop = None, 0
+            for q in self.pending_queries:
+                stop += q.shape[1]
+                sums = _accumulate_h2o(sums, q.astype(mx.float32), self.keys[:, :stop], self.scale)
+            self.h2o_sums, self.pending_queries = sums, None
+        return self.h2o_sums
 
 
 @dataclass
@@ -66,6 +85,7 @@ class CaptureResult:
 class _LayerState:
     tail: mx.array | None = None  # [H_q, <=window, D]
     sums: mx.array | None = None  # [H_q, T_so_far]
+    queries: list[mx.array] = field(default_factory=list)  # h2o="lazy" only
     n_q_heads: int = 0
     n_kv_heads: int = 0
     scale: float = 1.0
@@ -77,7 +97,7 @@ class _Recorder:
 
     layer_of: dict[int, int]
     window: int
-    h2o: bool
+    h2o: bool | str
     states: dict[int, _LayerState] = field(default_factory=dict)
 
     def __call__(self, queries, keys, values, cache, scale, mask) -> None:
@@ -89,9 +109,15 @@ class _Recorder:
         state.n_q_heads, state.n_kv_heads, state.scale = q.shape[0], keys.shape[1], float(scale)
         tail = q if state.tail is None else mx.concatenate([state.tail, q], axis=1)
         state.tail = tail[:, -self.window :]
-        if self.h2o:
+        if self.h2o == "lazy":
+            state.queries.append(queries[0])
+        elif self.h2o:
             state.sums = _accumulate_h2o(state.sums, q, keys[0], float(scale))
-        mx.eval([a for a in (state.tail, state.sums) if a is not None])
+
+    def arrays(self) -> list[mx.array]:
+        """What must be evaluated with each chunk (the tails, and the queries kept for lazy h2o)."""
+        out = [s.tail for s in self.states.values() if s.tail is not None]
+        return out + [s.queries[-1] for s in self.states.values() if s.queries]
 
 
 def _accumulate_h2o(sums: mx.array | None, q: mx.array, keys: mx.array, scale: float) -> mx.array:
@@ -138,12 +164,13 @@ def prefill_with_capture(
     cache: list[Any] | None = None,
     window: int = 64,
     chunk_size: int = 2048,
-    h2o: bool = True,
+    h2o: bool | str = True,
     on_progress: Callable[[int, int], None] | None = None,
     should_cancel: Callable[[], bool] | None = None,
 ) -> CaptureResult:
     """Prefill `prompt_ids` into a fresh (or given, empty) cache in chunks, recording per-layer observations.
 
+    h2o: True computes the h2o sums now, False never, "lazy" keeps the queries so `ensure_h2o()` can on demand.
     Raises ValueError on an empty prompt or a window/chunk size below 1, `Cancelled` when `should_cancel()` says
     so between chunks, and `attention.UnsupportedArchitecture` when attention cannot be observed.
     """
@@ -154,6 +181,8 @@ def prefill_with_capture(
         raise ValueError(f"window must be an integer >= 1, got {window!r}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    if h2o not in (True, False, "lazy"):
+        raise ValueError(f"h2o must be True, False or 'lazy', got {h2o!r}")
     attention.install(model)
     cache = make_prompt_cache(model) if cache is None else cache
     layer_of, skipped = _layer_map(cache)
@@ -166,7 +195,7 @@ def prefill_with_capture(
             out = model(mx.array([ids[start : start + chunk_size]]), cache=cache)
             calls += 1
             logits = out[0, -1]
-            mx.eval(logits, [c.state for c in cache])
+            mx.eval(logits, [c.state for c in cache], recorder.arrays())
             if on_progress is not None:
                 on_progress(min(start + chunk_size, total), total)
     observations: list[LayerObservation | None] = [None] * len(cache)
@@ -184,5 +213,6 @@ def prefill_with_capture(
             n_q_heads=state.n_q_heads,
             n_kv_heads=state.n_kv_heads,
             scale=state.scale,
+            pending_queries=state.queries or None,
         )
     return CaptureResult(cache, observations, skipped, logits, calls, total)

@@ -68,6 +68,10 @@ def rank(
     start = time.perf_counter()
     method = get(method) if isinstance(method, str) else method
     params = params or MethodParams()
+    if method.needs_h2o:
+        for o in observations:
+            if o is not None:
+                o.ensure_h2o()
     if method.needs_h2o and any(o is not None and o.h2o_sums is None for o in observations):
         raise ValueError(f"{method.name} needs h2o sums: prefill with capture h2o=True")
     lazy = [None if o is None else method.scores(o, i, params) for i, o in enumerate(observations)]

@@ -1,8 +1,9 @@
 """A model session: load once, prefill a prompt once, then compress and regenerate as often as the user likes.
 
 The dense cache, the captured observations and each method's ranking are kept, so a new retention ratio or
-bit width is a top-n slice, a gather and a quantize — never a second prefill. The dense greedy continuation is
-computed once and is the reference every compressed state is measured against.
+bit width is a top-n slice, a gather and a quantize — never a second prefill. h2o's sums (costly on a CPU) are
+computed from the kept prefill queries the first time h2o is asked for, not at prefill. The dense greedy
+continuation is computed once and is the reference every compressed state is measured against.
 
 Schedule (as mlx-lm's generate): the prompt minus its last token is prefilled and compressed; the last token is
 then fed through the compressed cache, so every generated token sees the compression.
@@ -119,6 +120,7 @@ class Session:
         self.dense_tokens: list[int] = []
         self._dense_logits: np.ndarray | None = None
         self._dense_decode_cache: list[Any] | None = None
+        self._packed: tuple[tuple[int, int], list[Any]] | None = None
         self.prefill_ms = 0.0
 
     @classmethod
@@ -180,6 +182,7 @@ class Session:
             self.model,
             ids[:-1],
             window=CAPTURE_WINDOW,
+            h2o="lazy",
             on_progress=on_progress,
             should_cancel=should_cancel,
         )
@@ -187,7 +190,7 @@ class Session:
         self.forward_calls += capture.forward_calls
         old = (self._capture, self.prompt_ids, self._rankings, self._window_attention)
         self._capture, self.prompt_ids, self._rankings = capture, ids, {}
-        self.dense_tokens, self._dense_decode_cache = [], None
+        self.dense_tokens, self._dense_decode_cache, self._packed = [], None, None
         try:
             self._window_attention = self._mean_window_attention(capture)
             self.extend(n_tokens, should_cancel=should_cancel)
@@ -266,9 +269,10 @@ class Session:
         start = time.perf_counter()
         ranking = self.ranking(config)
         selection = select(ranking, config.ratio, per_head=config.per_head)
-        cache = caches.select_positions(capture.cache, selection)
-        if config.bits is not None:
-            cache = caches.quantize_cache(cache, bits=config.bits, group_size=config.group_size)
+        source = (
+            capture.cache if config.bits is None else self._quantized_dense(config.bits, config.group_size)
+        )
+        cache = caches.select_positions(source, selection)
         recompress_ms = (time.perf_counter() - start) * 1e3
         kept = self._kept_mask(selection)
         state = CompressedState(
@@ -285,6 +289,21 @@ class Session:
             state.quant_error, state.quant_rmse = self._quant_error(state)
         state.stats_rows = self._stats_rows(state)
         return state
+
+    def _quantized_dense(self, bits: int, group_size: int) -> list[Any]:
+        """The whole prefilled cache packed at (bits, group_size), kept for the last pair asked for.
+
+        mx.quantize packs each row on its own, so gathering packed rows equals packing gathered rows, bit for bit;
+        packing once per bit width turns every later ratio move into a gather of packed rows, which is ~3x
+        cheaper on a CPU than quantizing the kept rows again (BENCHMARKS.md, recompress). Memory: one packed
+        copy (~0.28x the bf16 cache at 4 bits).
+        """
+        key = (bits, group_size)
+        if self._packed is None or self._packed[0] != key:
+            self._packed = None
+            capture = self._require_prefill()
+            self._packed = (key, caches.quantize_cache(capture.cache, bits=bits, group_size=group_size))
+        return self._packed[1]
 
     def _kept_mask(self, selection: Sequence[Any]) -> np.ndarray:
         T, H = self.n_prompt_positions, self.info.n_kv_heads

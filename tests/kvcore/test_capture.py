@@ -125,3 +125,39 @@ def test_bad_input_is_refused(loaded_models, kwargs, message):
     model, _ = loaded_models["llama"]
     with pytest.raises(ValueError, match=message):
         capture.prefill_with_capture(model, **{"prompt_ids": [1, 2, 3], **kwargs})
+
+
+@pytest.mark.parametrize("chunk_size", [5, 2048])
+def test_lazy_h2o_equals_eager_capture(loaded_models, monkeypatch, chunk_size):
+    """h2o="lazy" keeps queries instead of sums; ensure_h2o() gives exactly the eager sums and frees the queries."""
+    model, tok = loaded_models["qwen3"]
+    ids = tok.encode(PROMPT)
+    monkeypatch.setattr(capture, "BLOCK_ELEMENTS", 256)  # several query blocks per chunk
+    eager = capture.prefill_with_capture(model, ids, window=8, chunk_size=chunk_size, h2o=True)
+    lazy = capture.prefill_with_capture(model, ids, window=8, chunk_size=chunk_size, h2o="lazy")
+    for a, b in zip(eager.observations, lazy.observations, strict=True):
+        assert b.h2o_sums is None and len(b.pending_queries) == -(-len(ids) // chunk_size)
+        np.testing.assert_array_equal(np.array(b.ensure_h2o()), np.array(a.h2o_sums))
+        assert b.pending_queries is None
+        np.testing.assert_array_equal(np.array(a.window_queries), np.array(b.window_queries))
+
+
+def test_h2o_ranking_computes_lazy_sums_once(loaded_models):
+    from kvcore.selection import rank
+
+    model, tok = loaded_models["llama"]
+    ids = tok.encode(PROMPT)
+    eager = capture.prefill_with_capture(model, ids, window=8, h2o=True)
+    lazy = capture.prefill_with_capture(model, ids, window=8, h2o="lazy")
+    for method in ("h2o", "adakv-h2o"):
+        a, b = rank(eager.observations, method), rank(lazy.observations, method)
+        for la, lb in zip(a.layers, b.layers, strict=True):
+            np.testing.assert_array_equal(la.scores, lb.scores)
+            np.testing.assert_array_equal(la.order, lb.order)
+    assert all(o.pending_queries is None for o in lazy.observations)
+
+
+def test_bad_h2o_mode_is_refused(loaded_models):
+    model, _ = loaded_models["llama"]
+    with pytest.raises(ValueError, match="h2o must be"):
+        capture.prefill_with_capture(model, [1, 2, 3], h2o="later")

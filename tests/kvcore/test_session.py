@@ -131,3 +131,35 @@ def test_extend_grows_the_baseline(model_dirs):
     assert s.dense_tokens[:4] == first and len(s.dense_tokens) == 7
     regen = s.regenerate(s.compress(CompressionConfig("full", 1.0)))
     assert regen.tokens == s.dense_tokens
+
+
+def test_prefill_defers_h2o_until_asked(model_dirs):
+    """Session.prefill keeps queries, not h2o sums; the first h2o compress computes them without a forward pass."""
+    s = Session.load(str(model_dirs["qwen3"]))
+    s.prefill(PROMPT, n_tokens=4)
+    observations = s._capture.observations
+    assert all(o.h2o_sums is None and o.pending_queries for o in observations)
+    calls = s.forward_calls
+    s.compress(CompressionConfig("snapkv", 0.5))
+    assert all(o.h2o_sums is None for o in observations)
+    s.compress(CompressionConfig("h2o", 0.5))
+    assert all(o.h2o_sums is not None and o.pending_queries is None for o in observations)
+    assert s.forward_calls == calls
+
+
+def test_quantized_compress_equals_select_then_quantize(session):
+    """compress gathers rows of a once-packed dense cache: bit-identical to packing the gathered rows."""
+    import mlx.core as mx
+
+    for bits, ratio in ((4, 0.5), (4, 0.25), (8, 0.25)):
+        cfg = CompressionConfig("knorm", ratio, bits=bits, group_size=32)
+        state = session.compress(cfg)
+        dense = session._capture.cache
+        ref = caches.quantize_cache(caches.select_positions(dense, state.selection), bits=bits, group_size=32)
+        for got, want in zip(state.cache, ref, strict=True):
+            assert got.offset == want.offset and got.bits == bits
+            for a, b in zip(got.keys_and_values(), want.keys_and_values(), strict=True):
+                for x, y in zip(a, b, strict=True):
+                    assert mx.array_equal(x, y).item()
+            for p, q in zip(got.retained_positions, want.retained_positions, strict=True):
+                np.testing.assert_array_equal(p, q)
