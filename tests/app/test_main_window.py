@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import math
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ from app.widgets.heatmap import render_kept
 from kvcore import loading
 from kvcore.resources import demo_model_dir
 from kvcore.session import CompressionConfig, Session
+from tests.app.waiting import wait_until
 
 PROMPT = (
     "def area(width, height):\n    return width * height\n\n\n"
@@ -72,14 +72,6 @@ def _choose_sample_prompt(window: MainWindow) -> str:
         return text
     window.sessionPanel.promptEdit.setPlainText(PROMPT)
     return PROMPT
-
-
-def wait_until(condition, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError("timed out waiting for the window")
-        QTest.qWait(10)
 
 
 @pytest.fixture(scope="module")

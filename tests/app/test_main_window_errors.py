@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -13,17 +12,10 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.main_window import MainWindow
 from app.settings import Settings
+from tests.app.waiting import wait_until
 from tests.model_factory import build_model
 
 PROMPT = "def area(width, height):\n    return width * height\n\nclass Box:\n    pass\n"
-
-
-def wait_until(condition, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError("timed out waiting for the window")
-        QTest.qWait(10)
 
 
 def _open(model: str | None, settings_path) -> MainWindow:
