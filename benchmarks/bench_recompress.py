@@ -44,10 +44,13 @@ def _at(name: str, T: int, repeats: int, ratio: float) -> list[Row]:
         mx.eval([mx.array(x[..., :T, :]) for c in dense for x in (c.keys, c.values)])
 
     def fp() -> None:
-        caches.select_positions(dense, select(ranking, ratio))
+        caches.select_positions(dense, select(ranking, ratio), validate=False)
 
     def q4_old() -> None:
         caches.quantize_cache(caches.select_positions(dense, select(ranking, ratio)), bits=4, group_size=64)
+
+    def fp_checked() -> None:
+        caches.select_positions(dense, select(ranking, ratio))
 
     def pack() -> list:
         return caches.quantize_cache(dense, bits=4, group_size=64)
@@ -55,7 +58,7 @@ def _at(name: str, T: int, repeats: int, ratio: float) -> list[Row]:
     packed = pack()
 
     def q4() -> None:
-        caches.select_positions(packed, select(ranking, ratio))
+        caches.select_positions(packed, select(ranking, ratio), validate=False)
 
     base = dict(model=name + " (bf16 cache)", context=T, layers=n_layers, unit="ms")
     rows: list[Row] = []
@@ -64,7 +67,8 @@ def _at(name: str, T: int, repeats: int, ratio: float) -> list[Row]:
                     peak_mb=copy_peak, **base))  # fmt: skip
     pct = int(ratio * 100)
     cases = (
-        (f"select {pct}% + gather", fp),
+        (f"select {pct}% + gather (Session: trusted indices)", fp),
+        (f"select {pct}% + gather, indices checked", fp_checked),
         (f"select {pct}% + gather of 4-bit packed (Session)", q4),
         (f"select {pct}% + gather + quantize 4-bit (before)", q4_old),
     )

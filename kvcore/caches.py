@@ -598,7 +598,10 @@ def quantize_cache(cache: Sequence[Any], bits: int, group_size: int = 64) -> lis
 
 
 def select_positions(
-    cache: Sequence[Any], indices_per_layer: Sequence[Any], logical_offset: int | None = None
+    cache: Sequence[Any],
+    indices_per_layer: Sequence[Any],
+    logical_offset: int | None = None,
+    validate: bool = True,
 ) -> list:
     """B3-B6: a new cache keeping, per layer, the given rows of each kv-head.
 
@@ -608,6 +611,8 @@ def select_positions(
     retained content (token positions for a dense layer). `logical_offset` (default: each layer's own offset) is
     the position the next token gets. All layers' gathers and checks run in one `mx.eval`; the source is unchanged.
     Raises ValueError on a wrong number of layers or heads, empty, out-of-range, duplicated or unsorted indices.
+    validate=False skips the range/order checks (and their ~6 MLX ops per layer) for indices that are valid by
+    construction, such as kvcore.selection's: the slider path then runs only the gathers.
     """
     if len(indices_per_layer) != len(cache):
         raise ValueError(
@@ -626,11 +631,12 @@ def select_positions(
             raise ValueError(f"{where}: cannot select positions ({reason}); pass None for this layer")
         src = _Source(layer)
         padded, counts, shared = _normalize(idx, src.n_heads, where)
-        flags = _check_flags(padded, counts, src.rows_per_head)
+        flags = _check_flags(padded, counts, src.rows_per_head) if validate else None
         # One flat gather per stored part; measured faster on CPU than a take along the row axis even when
         # the indices are shared by all heads.
         rows = padded if not shared else mx.broadcast_to(padded[None], (src.n_heads, padded.shape[0]))
-        rows = mx.clip(rows, 0, mx.array(np.maximum(src.rows_per_head - 1, 0).astype(np.int32))[:, None])
+        if validate:
+            rows = mx.clip(rows, 0, mx.array(np.maximum(src.rows_per_head - 1, 0).astype(np.int32))[:, None])
         cols = src.cols(rows)
         k = [_gather(b, cols) for b in src.k_parts]
         v = [_gather(b, cols) for b in src.v_parts]
@@ -643,8 +649,10 @@ def select_positions(
         new._set_rows(new._wrap(k), new._wrap(v), selection, counts, offset)
         out[i] = new
         plans.append((i, flags, padded, counts, src.rows_per_head, new))
-    mx.eval([p[1] for p in plans] + [a for p in plans for a in _arrays(p[5])])
+    mx.eval([p[1] for p in plans if p[1] is not None] + [a for p in plans for a in _arrays(p[5])])
     for i, flags, padded, counts, rows, _ in plans:
+        if flags is None:
+            continue
         f = np.asarray(flags)
         if f.any():
             raise ValueError(_explain(f, padded, counts, rows, f"layer {i}"))

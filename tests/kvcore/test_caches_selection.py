@@ -154,3 +154,29 @@ def test_wrong_number_of_layers_and_offsets_raise(models):
     moved = select_positions(dense, [np.arange(2)] * 4, logical_offset=100)
     run(model, moved, [1])
     assert moved[0].retained_positions[0].tolist() == [0, 1, 100]
+
+
+def test_trusted_selection_equals_validated(loaded_models):
+    import mlx.core as mx
+    import numpy as np
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from kvcore import select_positions
+
+    model, tok = loaded_models["llama"]
+    cache = make_prompt_cache(model)
+    mx.eval(
+        model(mx.array([tok.encode("def main(argv): return the quick brown fox jumps over")]), cache=cache)
+    )
+    T = cache[0].offset
+    rng = np.random.default_rng(1)
+    sel = [np.sort(rng.permutation(T)[: T // 3]) for _ in cache]
+    sel[1] = np.stack([np.sort(rng.permutation(T)[: T // 2]) for _ in range(2)])
+    sel[2] = [np.sort(rng.permutation(T)[:k]) for k in (2, T - 1)]
+    checked = select_positions(cache, sel)
+    trusted = select_positions(cache, sel, validate=False)
+    for a, b in zip(checked, trusted, strict=True):
+        ka, va = a.keys_and_values()
+        kb, vb = b.keys_and_values()
+        assert mx.array_equal(ka, kb).item() and mx.array_equal(va, vb).item()
+        assert [p.tolist() for p in a.retained_positions] == [p.tolist() for p in b.retained_positions]
