@@ -53,8 +53,16 @@ def sdpa(
         head_mask = per_head(queries.shape[2])
         if head_mask is not None:
             mask = head_mask
-            if not hasattr(cache, "bits") and queries.shape[1] != mask.shape[1]:
-                mask = mx.repeat(mask, queries.shape[1] // mask.shape[1], axis=1)
+            b, n_q_heads, n_new, head_dim = queries.shape
+            n_kv_heads = mask.shape[1]
+            if not hasattr(cache, "bits") and n_q_heads != n_kv_heads:
+                if n_new == 1 and sinks is None:
+                    # One token: fold each GQA group into query rows of its kv-head, so the [H_kv] mask
+                    # broadcasts and no [H_q, T] copy of it is made per layer and token.
+                    grouped = queries.reshape(b, n_kv_heads, n_q_heads // n_kv_heads, head_dim)
+                    out = mx.fast.scaled_dot_product_attention(grouped, keys, values, scale=scale, mask=mask)
+                    return out.reshape(b, n_q_heads, 1, head_dim)
+                mask = mx.repeat(mask, n_q_heads // n_kv_heads, axis=1)
     return mlx_base.scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks)
 
 

@@ -102,6 +102,7 @@ class _SparseRows:
         self._prefix_counts: np.ndarray | None = None
         self._n_rows = 0
         self._pad_valid: mx.array | None = None
+        self._decode_valid: mx.array | None = None
         self._selection_np: np.ndarray | None = None
 
     def _set_rows(
@@ -113,6 +114,7 @@ class _SparseRows:
         self._n_rows = int(_parts(keys)[0].shape[2])
         self.offset = int(offset)
         self._pad_valid = None
+        self._decode_valid = None
         self._selection_np = None
 
     # Stored form: subclasses turn new fp keys into their stored parts and back.
@@ -199,10 +201,12 @@ class _SparseRows:
         if not self.is_ragged:
             return None
         h, n_prefix = self.n_heads, self.n_prefix
+        n_app = self.n_appended
+        if n_queries == 1:
+            return self._decode_mask(n_prefix + n_app)
         if self._pad_valid is None:
             valid = np.arange(n_prefix)[None, :] < self._prefix_counts[:, None]
             self._pad_valid = mx.array(valid)[None, :, None, :]
-        n_app = self.n_appended
         causal = mx.arange(n_app - n_queries, n_app)[:, None] >= mx.arange(n_app)[None]
         return mx.concatenate(
             [
@@ -211,6 +215,19 @@ class _SparseRows:
             ],
             axis=-1,
         )
+
+    def _decode_mask(self, n_rows: int) -> mx.array:
+        """[1, H_kv, 1, n_rows] for one new token: a slice of a mask kept at buffer capacity.
+
+        A decoded token sees every stored row but the padding, so the mask only changes when the selection does;
+        building it once (not per token and layer) keeps ragged decode from allocating a mask each step.
+        """
+        if self._decode_valid is None or self._decode_valid.shape[-1] < n_rows:
+            capacity = max(n_rows, int(_parts(self.keys)[0].shape[2]))
+            valid = np.ones((self.n_heads, capacity), dtype=bool)
+            valid[:, : self.n_prefix] = np.arange(self.n_prefix)[None, :] < self._prefix_counts[:, None]
+            self._decode_valid = mx.array(valid)[None, :, None, :]
+        return self._decode_valid[..., :n_rows]
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
         n_new = keys.shape[2]
