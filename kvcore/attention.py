@@ -4,8 +4,9 @@ mlx-lm models import `scaled_dot_product_attention` by name and build ONE mask, 
 Two things need more than that:
 
 - ragged per-head caches (AdaKV budgets) store each layer's heads padded to its longest head. The padding differs
-  per layer and per head, so the shared mask cannot express it: such a cache offers `per_head_mask(n_queries)`
-  (bool, [1, H_kv, n_queries, T_kv], causal part included) and it replaces the shared mask for that layer;
+  per layer and per head, so the shared mask cannot express it: such a cache offers
+  `per_head_mask(n_queries, n_q_heads)` (bool, [1, n_q_heads or H_kv, n_queries, T_kv], causal part included)
+  and it replaces the shared mask for that layer;
 - capture needs the post-RoPE queries, which `mx.fast.scaled_dot_product_attention` never returns (mlx issue
   2590): an observer set with `observing()` sees every call on its own thread.
 
@@ -50,19 +51,11 @@ def sdpa(
         observer(queries, keys, values, cache, scale, mask)
     per_head = getattr(cache, "per_head_mask", None)
     if per_head is not None:
-        head_mask = per_head(queries.shape[2])
+        # The fast path wants the mask per query head; mlx-lm's quantized path takes it per kv-head.
+        n_q_heads = None if hasattr(cache, "bits") else queries.shape[1]
+        head_mask = per_head(queries.shape[2], n_q_heads)
         if head_mask is not None:
             mask = head_mask
-            b, n_q_heads, n_new, head_dim = queries.shape
-            n_kv_heads = mask.shape[1]
-            if not hasattr(cache, "bits") and n_q_heads != n_kv_heads:
-                if n_new == 1 and sinks is None:
-                    # One token: fold each GQA group into query rows of its kv-head, so the [H_kv] mask
-                    # broadcasts and no [H_q, T] copy of it is made per layer and token.
-                    grouped = queries.reshape(b, n_kv_heads, n_q_heads // n_kv_heads, head_dim)
-                    out = mx.fast.scaled_dot_product_attention(grouped, keys, values, scale=scale, mask=mask)
-                    return out.reshape(b, n_q_heads, 1, head_dim)
-                mask = mx.repeat(mask, n_q_heads // n_kv_heads, axis=1)
     return mlx_base.scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks)
 
 
