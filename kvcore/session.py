@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import mlx.core as mx
@@ -429,9 +429,6 @@ class Session:
             [np.flatnonzero(state.kept[layer, h]).tolist() for h in range(state.kept.shape[1])]
             for layer in range(state.kept.shape[0])
         ]
-
-    def with_config(self, config: CompressionConfig, **changes: Any) -> CompressionConfig:
-        return replace(config, **changes)
 
 
 def _positions_matrix(layer: Any, n_prompt: int) -> np.ndarray:
