@@ -6,30 +6,33 @@ The RGBA image is built with NumPy LUT indexing and pushed with autoLevels=False
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import importlib
+import html
 import math
 import os
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from pyqtgraph.exporters import ImageExporter, SVGExporter
 from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QCursor, QFontMetrics
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolTip, QVBoxLayout, QWidget
 
-from kvcore.atomic import atomic_path
+from app.widgets.plot_export import export_item
+from app.widgets.token_axis import TokenAxis, token_label
 
 VIEW_KEPT = "Kept"
 VIEW_SCORES = "Scores"
 VIEW_QUANT = "Quant error"
-VIEWS = (VIEW_KEPT, VIEW_SCORES, VIEW_QUANT)
+VIEW_DIFF = "Diff"
+VIEWS = (VIEW_KEPT, VIEW_SCORES, VIEW_QUANT, VIEW_DIFF)
 
 KEPT_RGBA = (255, 150, 20, 255)
 EVICTED_RGBA = (24, 26, 34, 255)
+#: Diff classes, indexed by 2·kept_now + kept_pinned (so the index is computed, never looked up).
+DIFF_CLASSES = ("neither", "only pinned", "only current", "both")
+#: Okabe–Ito blue and reddish purple for the two one-sided classes: apart from orange and from each other
+#: for the common colour-vision deficiencies.
+DIFF_RGBA = (EVICTED_RGBA, (204, 121, 167, 255), (86, 180, 233, 255), KEPT_RGBA)
 _EVICTED_DIM = 0.22  # evicted cells in the scores view keep a faint trace of their score
 _SCORE_MAP = "viridis"
 _QUANT_MAP = "inferno"
@@ -97,65 +100,33 @@ def render_quant(kept: np.ndarray, error: np.ndarray, lo: float, hi: float) -> n
     return _apply(lut, idx)
 
 
-def _token_label(text: str, limit: int = 12) -> str:
-    """A token as one short visible line (newlines and tabs escaped)."""
-    shown = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+def _swatch(rgba: tuple[int, ...]) -> tuple[int, ...]:
+    """A legend square's colour: the cell colour, lifted when it is too dark to see on a dark label."""
+    return (90, 90, 100) if rgba == EVICTED_RGBA else rgba[:3]
 
 
-@contextlib.contextmanager
-def _svg_closed_paths_tolerated() -> Iterator[None]:
-    """pyqtgraph 0.14's SVG exporter cannot parse the "Z" that Qt 6.12 ends closed paths with
-    (pyqtgraph issue 3495), and every clipped ViewBox makes one; drop those tokens while exporting."""
-    module = importlib.import_module("pyqtgraph.exporters.SVGExporter")
-    original = module.correctCoordinates
-
-    def correct(node, defs, item, options):  # noqa: ANN001 (pyqtgraph's private signature)
-        for path in node.getElementsByTagName("path"):
-            tokens = path.getAttribute("d").split()
-            if "Z" in tokens or "z" in tokens:
-                path.setAttribute("d", " ".join(t for t in tokens if t not in ("Z", "z")))
-        return original(node, defs, item, options)
-
-    module.correctCoordinates = correct
-    try:
-        yield
-    finally:
-        module.correctCoordinates = original
+def diff_classes(current: np.ndarray, pinned: np.ndarray) -> np.ndarray:
+    """(rows, T) class index per cell: 0 neither, 1 only pinned, 2 only current, 3 both (see DIFF_CLASSES)."""
+    return (current.view(np.uint8) << 1) | pinned.view(np.uint8)
 
 
-class _TokenAxis(pg.AxisItem):
-    """Bottom axis: token text under each column when it fits, otherwise positions."""
+def diff_counts(current: np.ndarray, pinned: np.ndarray) -> np.ndarray:
+    """(rows, 4) cells of each DIFF_CLASSES class per row, over the pinned mask's columns (prompt positions)."""
+    cls = diff_classes(np.ascontiguousarray(current[:, : pinned.shape[1]]), pinned)
+    return np.stack([(cls == k).sum(axis=1) for k in range(len(DIFF_CLASSES))], axis=1)
 
-    def __init__(self) -> None:
-        super().__init__("bottom")
-        self.tokens: list[str] = []
-        self._text_mode = False
 
-    def tickValues(self, minVal: float, maxVal: float, size: float) -> list:  # noqa: N802 (Qt name)
-        self._text_mode = False
-        if maxVal <= minVal or size <= 0:
-            return []
-        px_per_col = size / (maxVal - minVal)
-        lo, hi = max(0, math.floor(minVal)), min(len(self.tokens), math.ceil(maxVal))
-        if self.tokens and px_per_col >= 12 and hi > lo:
-            fm = QFontMetrics(self.style.get("tickFont") or self.font())
-            widest = max(fm.horizontalAdvance(_token_label(t)) for t in self.tokens[lo:hi])
-            if px_per_col >= widest + 6:
-                self._text_mode = True
-                return [(1.0, [i + 0.5 for i in range(lo, hi)])]
-        levels = [
-            (spacing, [v + 0.5 for v in values])
-            for spacing, values in super().tickValues(minVal, maxVal, size)
-            if spacing >= 1
-        ]
-        return levels or [(1.0, [i + 0.5 for i in range(max(0, math.floor(minVal)), math.ceil(maxVal))])]
+def render_diff(current: np.ndarray, pinned: np.ndarray) -> np.ndarray:
+    """(rows, T) current and pinned kept masks -> (rows, T, 4) uint8 in the DIFF_RGBA colours."""
+    return _apply(np.array(DIFF_RGBA, dtype=np.uint8), diff_classes(current, pinned))
 
-    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802
-        cols = [int(math.floor(v)) for v in values]
-        if self._text_mode:
-            return [_token_label(self.tokens[c]) if 0 <= c < len(self.tokens) else "" for c in cols]
-        return [str(c) for c in cols]
+
+_KEPT_LEGEND = (
+    f'<span style="color: rgb{KEPT_RGBA[:3]}">■</span> kept &nbsp;'
+    f'<span style="color: rgb{_swatch(EVICTED_RGBA)}">■</span> evicted'
+)
+#: Legend and hover order: what both keep first, then the differences, then what neither keeps.
+_LEGEND_ORDER = tuple((k, DIFF_CLASSES[k]) for k in (3, 2, 1, 0))
 
 
 class _RowAxis(pg.AxisItem):
@@ -204,6 +175,8 @@ class RetentionHeatmap(QWidget):
         self._kept = np.zeros((0, 0), dtype=bool)
         self._scores: np.ndarray | None = None
         self._quant: np.ndarray | None = None
+        self._pinned: np.ndarray | None = None  # [rows, T] kept mask of the pinned configuration (B)
+        self._pinned_label = ""
         self._labels: list[str] = []
         self._tokens: list[str] = []
         self._n_layers = 0
@@ -218,22 +191,20 @@ class RetentionHeatmap(QWidget):
         self.viewCombo = QComboBox(objectName="heatmapModeCombo")
         self.viewCombo.addItems(list(VIEWS))
         self.viewCombo.setToolTip(
-            "What the colour shows: kept/evicted, the method's scores, or quantization error"
+            "What the colour shows: kept/evicted, the method's scores, quantization error, "
+            "or the difference to the pinned configuration"
         )
         self.layerCombo = QComboBox(objectName="heatmapLayerCombo")
         self.layerCombo.addItem("All layers", None)
         self.layerCombo.setToolTip("Show every layer, or one layer's kv-heads large")
-        self.legendLabel = QLabel(
-            f'<span style="color: rgb{KEPT_RGBA[:3]}">■</span> kept &nbsp;'
-            f'<span style="color: rgb(90, 90, 100)">■</span> evicted'
-        )
+        self.legendLabel = QLabel(_KEPT_LEGEND, objectName="heatmapLegend")
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         for w in (QLabel("View"), self.viewCombo, QLabel("Layer"), self.layerCombo, self.legendLabel):
             top.addWidget(w)
         top.addStretch(1)
 
-        self._x_axis, self._y_axis = _TokenAxis(), _RowAxis()
+        self._x_axis, self._y_axis = TokenAxis(), _RowAxis()
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setObjectName("heatmapGraphics")
         self.plot = self.graphics.addPlot(
@@ -307,6 +278,25 @@ class RetentionHeatmap(QWidget):
         self._update_view_availability()
         self._refresh()
 
+    def set_pinned(self, kept: np.ndarray | None, label: str = "") -> None:
+        """Pin kept mask B, [rows, T] over the compressible prompt positions (None: unpin). The Diff view
+        compares every later set_data against it; columns right of T are stored by both."""
+        self._pinned = None if kept is None else np.ascontiguousarray(kept, dtype=bool)
+        self._pinned_label = label if kept is not None else ""
+        self._update_view_availability()
+        self._refresh()
+
+    def pinned(self) -> np.ndarray | None:
+        """The pinned kept mask, or None."""
+        return None if self._pinned is None else self._pinned.copy()
+
+    def diff_counts(self) -> np.ndarray:
+        """(rows, 4) per (layer, kv-head) row, over the prompt positions: cells in each DIFF_CLASSES class
+        (neither, only pinned, only current, both); empty when nothing is pinned or shapes differ."""
+        if not self._diff_possible():
+            return np.zeros((0, len(DIFF_CLASSES)), dtype=np.int64)
+        return diff_counts(self._kept, self._pinned)
+
     def clear(self) -> None:
         """Show nothing (e.g. after loading another model)."""
         self.set_boundary(None)
@@ -358,30 +348,31 @@ class RetentionHeatmap(QWidget):
             f"Layer {r // self._heads}",
             f"kv-head {r % self._heads}",
             f"position {position}",
-            f"token '{_token_label(self._tokens[position], 40)}'",
+            f"token '{token_label(self._tokens[position], 40)}'",
         ]
         if self._scores is not None:
             parts.append(f"score {self._scores[r, position]:.4g}")
         if self._quant is not None and self._kept[r, position]:
             parts.append(f"quant error {self._quant[r, position]:.4g}")
-        parts.append("kept" if self._kept[r, position] else "evicted")
+        if self.view() == VIEW_DIFF and self._diff_possible():
+            parts.append(self._diff_info(r, position))
+        else:
+            parts.append("kept" if self._kept[r, position] else "evicted")
         return " · ".join(parts)
 
     def export_image(self, path: str | os.PathLike[str]) -> None:
         """Write the heatmap with its axes and colour bar to PNG or SVG (by suffix), atomically."""
-        suffix = Path(path).suffix.lower()
-        if suffix not in (".png", ".svg"):
-            raise ValueError(f"Export as .png or .svg, not '{suffix or 'no suffix'}'")
-        item = self.graphics.ci
-        with atomic_path(path) as tmp:
-            if suffix == ".png":
-                if not ImageExporter(item).export(str(tmp)):
-                    raise OSError(f"Could not write PNG image to {path}")
-            else:
-                with _svg_closed_paths_tolerated():
-                    SVGExporter(item).export(str(tmp))
-            if tmp.stat().st_size == 0:
-                raise OSError(f"Nothing was written to {path}")
+        export_item(self.graphics.ci, path)
+
+    def _diff_info(self, row: int, position: int) -> str:
+        """The cell's class and the row's class counts over the prompt positions."""
+        pinned = self._pinned
+        counts = diff_counts(self._kept[row : row + 1], pinned[row : row + 1])[0]
+        row_text = "row: " + ", ".join(f"{name} {counts[k]}" for k, name in _LEGEND_ORDER)
+        if position >= pinned.shape[1]:
+            return f"both (always stored) · {row_text}"
+        cls = (int(self._kept[row, position]) << 1) | int(pinned[row, position])
+        return f"{DIFF_CLASSES[cls]} · {row_text}"
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -403,6 +394,7 @@ class RetentionHeatmap(QWidget):
             VIEW_QUANT: None
             if self._quant is not None
             else "No quantization error: the cache is not quantized",
+            VIEW_DIFF: None if self._diff_possible() else "Nothing pinned: Pin a configuration first",
         }
         for i, name in enumerate(VIEWS):
             reason = reasons.get(name)
@@ -434,6 +426,8 @@ class RetentionHeatmap(QWidget):
             err = self._quant[rows]
             lo, hi = _finite_range(err, kept)
             rgba, bar = render_quant(kept, err, lo, hi), (_QUANT_MAP, lo, hi, "quant error")
+        elif view == VIEW_DIFF and self._diff_possible():
+            rgba = render_diff(kept, self._pinned_columns(rows))
         else:
             rgba = render_kept(kept)
         self._rgba = rgba
@@ -442,7 +436,28 @@ class RetentionHeatmap(QWidget):
         self._y_axis.layer_offset = rows.start // self._heads
         self._show(rgba)
         self._show_colour_bar(bar)
+        diff = view == VIEW_DIFF and self._diff_possible()
+        self.legendLabel.setText(self._diff_legend() if diff else _KEPT_LEGEND)
         self.legendLabel.setVisible(bar is None)
+
+    def _diff_possible(self) -> bool:
+        p = self._pinned
+        return p is not None and p.shape[0] == self._kept.shape[0] and p.shape[1] <= self._kept.shape[1]
+
+    def _pinned_columns(self, rows: slice) -> np.ndarray:
+        """The pinned mask of `rows`, widened to the shown columns: the always-stored tail is in both."""
+        shown = np.ones((self._kept[rows].shape[0], self._kept.shape[1]), dtype=bool)
+        shown[:, : self._pinned.shape[1]] = self._pinned[rows]
+        return shown
+
+    def _diff_legend(self) -> str:
+        """Colour key with the totals over every (layer, kv-head, prompt position)."""
+        totals = diff_counts(self._kept, self._pinned).sum(axis=0)
+        keys = " &nbsp;".join(
+            f'<span style="color: rgb{_swatch(DIFF_RGBA[k])}">■</span> {name} {totals[k]:,}'
+            for k, name in _LEGEND_ORDER
+        )
+        return f"{keys} &nbsp;<i>(pinned: {html.escape(self._pinned_label)})</i>"
 
     def _show(self, rgba: np.ndarray) -> None:
         if rgba.size == 0:

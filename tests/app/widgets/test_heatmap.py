@@ -7,7 +7,16 @@ import pytest
 from PySide6.QtCore import QPointF
 from PySide6.QtTest import QTest
 
-from app.widgets.heatmap import EVICTED_RGBA, KEPT_RGBA, VIEW_QUANT, VIEW_SCORES, RetentionHeatmap
+from app.widgets.heatmap import (
+    DIFF_RGBA,
+    EVICTED_RGBA,
+    KEPT_RGBA,
+    VIEW_DIFF,
+    VIEW_QUANT,
+    VIEW_SCORES,
+    VIEWS,
+    RetentionHeatmap,
+)
 
 LAYERS, HEADS, T = 4, 2, 16
 
@@ -177,3 +186,63 @@ def test_packed_lut_equals_row_indexing():
     lut = rng.integers(0, 256, size=(257, 4), dtype=np.uint8)
     idx = rng.integers(0, 257, size=(7, 33)).astype(np.uint16)
     np.testing.assert_array_equal(_apply(lut, idx), lut[idx])
+
+
+def _pinned_mask(seed: int = 7) -> np.ndarray:
+    """A second kept mask over the first T - 2 columns (the last two play the always-stored tail)."""
+    return np.random.default_rng(seed).random((LAYERS * HEADS, T - 2)) < 0.5
+
+
+def test_diff_view_needs_a_pin_and_colours_each_class(heatmap):
+    item = heatmap.viewCombo.model().item(VIEWS.index(VIEW_DIFF))
+    assert not item.isEnabled() and "Pin" in item.toolTip()
+    kept, pinned = _data()[0], _pinned_mask()
+    heatmap.set_pinned(pinned, "snapkv 25 %")
+    assert item.isEnabled()
+    heatmap.set_view(VIEW_DIFF)
+    img = heatmap.image_rgba()
+    prompt = kept[:, : T - 2]
+    for cls, mask in (
+        (3, prompt & pinned),
+        (2, prompt & ~pinned),
+        (1, ~prompt & pinned),
+        (0, ~prompt & ~pinned),
+    ):
+        assert mask.any(), "the random masks should give every class"
+        assert (img[:, : T - 2][mask] == DIFF_RGBA[cls]).all(), cls
+    assert (img[:, T - 2 :][kept[:, T - 2 :]] == DIFF_RGBA[3]).all()  # the tail is stored by both
+    legend = heatmap.legendLabel.text()
+    assert "only current" in legend and "only pinned" in legend and "snapkv 25 %" in legend
+    assert f"both {int((prompt & pinned).sum()):,}" in legend
+
+    heatmap.set_pinned(None)
+    assert heatmap.view() == "Kept" and not item.isEnabled()
+    assert (heatmap.image_rgba()[kept] == KEPT_RGBA).all()
+
+
+def test_diff_counts_and_hover_equal_set_differences(heatmap):
+    kept, pinned = _data()[0], _pinned_mask()
+    heatmap.set_pinned(pinned, "B")
+    heatmap.set_view(VIEW_DIFF)
+    counts = heatmap.diff_counts()
+    for row in range(LAYERS * HEADS):
+        a = set(np.flatnonzero(kept[row, : T - 2]).tolist())
+        b = set(np.flatnonzero(pinned[row]).tolist())
+        neither = set(range(T - 2)) - a - b
+        assert counts[row].tolist() == [len(neither), len(b - a), len(a - b), len(a & b)]
+    text = heatmap.info_at(3, 1)
+    cls = ("neither", "only pinned", "only current", "both")[2 * int(kept[3, 1]) + int(pinned[3, 1])]
+    n, p, c, both = counts[3]
+    assert text.endswith(f"{cls} · row: both {both}, only current {c}, only pinned {p}, neither {n}")
+    assert heatmap.info_at(3, T - 1).split(" · ")[-2] == "both (always stored)"
+    heatmap.set_layer(1)  # rows of layer 1 only: the pinned rows follow
+    text = heatmap.info_at(0, 1)
+    assert text.startswith("Layer 1 · kv-head 0")
+    n, p, c, both = counts[HEADS]
+    assert text.endswith(f"row: both {both}, only current {c}, only pinned {p}, neither {n}")
+
+
+def test_a_pin_of_another_shape_is_not_diffed(heatmap):
+    heatmap.set_pinned(np.ones((3, 4), dtype=bool), "other model")
+    assert heatmap.diff_counts().shape == (0, 4)
+    assert not heatmap.viewCombo.model().item(VIEWS.index(VIEW_DIFF)).isEnabled()

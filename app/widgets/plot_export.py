@@ -1,0 +1,53 @@
+"""PNG / SVG export of a pyqtgraph scene item, shared by every plot in the window (one code path, one fix)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyqtgraph as pg
+from pyqtgraph.exporters import ImageExporter, SVGExporter
+
+from kvcore.atomic import atomic_path
+
+IMAGE_SUFFIXES = (".png", ".svg")
+
+
+@contextlib.contextmanager
+def _svg_closed_paths_tolerated() -> Iterator[None]:
+    """pyqtgraph 0.14's SVG exporter cannot parse the "Z" that Qt 6.12 ends closed paths with
+    (pyqtgraph issue 3495), and every clipped ViewBox makes one; drop those tokens while exporting."""
+    module = importlib.import_module("pyqtgraph.exporters.SVGExporter")
+    original = module.correctCoordinates
+
+    def correct(node, defs, item, options):  # noqa: ANN001 (pyqtgraph's private signature)
+        for path in node.getElementsByTagName("path"):
+            tokens = path.getAttribute("d").split()
+            if "Z" in tokens or "z" in tokens:
+                path.setAttribute("d", " ".join(t for t in tokens if t not in ("Z", "z")))
+        return original(node, defs, item, options)
+
+    module.correctCoordinates = correct
+    try:
+        yield
+    finally:
+        module.correctCoordinates = original
+
+
+def export_item(item: pg.GraphicsItem, path: str | os.PathLike[str]) -> None:
+    """Write `item` (a plot or a whole GraphicsLayout) to PNG or SVG by suffix, atomically."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in IMAGE_SUFFIXES:
+        raise ValueError(f"Export as .png or .svg, not '{suffix or 'no suffix'}'")
+    with atomic_path(path) as tmp:
+        if suffix == ".png":
+            if not ImageExporter(item).export(str(tmp)):
+                raise OSError(f"Could not write PNG image to {path}")
+        else:
+            with _svg_closed_paths_tolerated():
+                SVGExporter(item).export(str(tmp))
+        if tmp.stat().st_size == 0:
+            raise OSError(f"Nothing was written to {path}")
