@@ -29,6 +29,18 @@ STATS_COLUMNS: tuple[str, ...] = (
     "value_rmse",
 )
 
+#: The configuration columns of STATS_COLUMNS that name a setting (what a pin records).
+CONFIG_COLUMNS: tuple[str, ...] = STATS_COLUMNS[:4]
+#: Appended to every row while a configuration is pinned (B): which one, and per layer the Jaccard index
+#: |A ∩ B| / |A ∪ B| of the (kv-head, prompt position) sets kept now (A) and by the pin (B).
+PINNED_COLUMNS: tuple[str, ...] = (*(f"pinned_{c}" for c in CONFIG_COLUMNS), "jaccard_vs_pinned")
+
+
+def stats_columns(pinned: bool) -> tuple[str, ...]:
+    """The statistics columns, with PINNED_COLUMNS when a configuration is pinned."""
+    return STATS_COLUMNS + PINNED_COLUMNS if pinned else STATS_COLUMNS
+
+
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 

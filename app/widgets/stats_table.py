@@ -1,4 +1,4 @@
-"""Per-(layer, kv-head) statistics table, sortable, in the CSV export's column order."""
+"""Per-(layer, kv-head) statistics table, sortable, in the CSV export's column order (kvcore.export)."""
 
 from __future__ import annotations
 
@@ -35,16 +35,21 @@ def _sort_key(value: Any) -> tuple[int, Any]:
 
 
 class StatsModel(QAbstractTableModel):
-    """Rows are plain dicts keyed by COLUMNS; the raw value is under Qt.UserRole."""
+    """Rows are plain dicts keyed by the columns; the raw value is under Qt.UserRole."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._rows: list[dict[str, Any]] = []
+        self._columns: tuple[str, ...] = COLUMNS
 
-    def set_rows(self, rows: list[dict[str, Any]]) -> None:
+    def set_rows(self, rows: list[dict[str, Any]], columns: tuple[str, ...] = COLUMNS) -> None:
         self.beginResetModel()
         self._rows = [dict(r) for r in rows]
+        self._columns = tuple(columns)
         self.endResetModel()
+
+    def columns(self) -> tuple[str, ...]:
+        return self._columns
 
     def rows(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self._rows]
@@ -53,12 +58,12 @@ class StatsModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(self._rows)
 
     def columnCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008, N802
-        return 0 if parent.isValid() else len(COLUMNS)
+        return 0 if parent.isValid() else len(self._columns)
 
     def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
             return None
-        value = self._rows[index.row()].get(COLUMNS[index.column()])
+        value = self._rows[index.row()].get(self._columns[index.column()])
         if role == Qt.ItemDataRole.DisplayRole:
             return _format(value)
         if role == Qt.ItemDataRole.UserRole:
@@ -71,11 +76,11 @@ class StatsModel(QAbstractTableModel):
         self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
     ) -> Any:  # noqa: N802
         if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return COLUMNS[section]
+            return self._columns[section]
         return None
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
-        key = COLUMNS[column]
+        key = self._columns[column]
         self.layoutAboutToBeChanged.emit()
         missing = [r for r in self._rows if r.get(key) is None]
         present = [r for r in self._rows if r.get(key) is not None]
@@ -100,12 +105,23 @@ class StatsTable(QTableView):
         self.verticalHeader().setVisible(False)
         self.setAlternatingRowColors(True)
 
-    def set_rows(self, rows: list[dict[str, Any]]) -> None:
-        """Replace the rows, keeping the user's sort column and order."""
-        self._model.set_rows(rows)
+    def set_rows(self, rows: list[dict[str, Any]], columns: tuple[str, ...] = COLUMNS) -> None:
+        """Replace the rows (and the columns: a pin adds some), keeping the user's sort column and order."""
         header = self.horizontalHeader()
-        if header.sortIndicatorSection() >= 0 and rows:
-            self._model.sort(header.sortIndicatorSection(), header.sortIndicatorOrder())
+        old_columns = self._model.columns()
+        section = header.sortIndicatorSection()
+        sort_key = old_columns[section] if 0 <= section < len(old_columns) else None
+        self._model.set_rows(rows, columns)
+        if sort_key in columns and rows:
+            section = tuple(columns).index(sort_key)
+            if section != header.sortIndicatorSection():
+                header.setSortIndicator(section, header.sortIndicatorOrder())  # sorts through sortByColumn
+            else:
+                self._model.sort(section, header.sortIndicatorOrder())
+
+    def columns(self) -> tuple[str, ...]:
+        """The columns shown, in order (the CSV export writes these)."""
+        return self._model.columns()
 
     def rows(self) -> list[dict[str, Any]]:
         """Copies of the rows in display order."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import Qt
 
 from app.widgets.stats_table import COLUMNS, StatsTable
+from kvcore.export import stats_columns
 
 
 def _rows():
@@ -71,3 +73,22 @@ def test_missing_values_sort_last_and_sort_survives_new_rows(qtbot):
     assert table.rows()[0]["tokens_kept"] == 1
     table.set_rows([])
     assert table.rows() == []
+
+
+def test_pinned_columns_appear_and_the_sort_follows_its_column_by_name(qtbot):
+    table = StatsTable()
+    qtbot.addWidget(table)
+    table.set_rows(_rows())
+    table.sortByColumn(COLUMNS.index("tokens_kept"), Qt.SortOrder.DescendingOrder)
+    columns = stats_columns(pinned=True)
+    rows = [dict(r, jaccard_vs_pinned=0.1 * i, pinned_method="h2o") for i, r in enumerate(_rows())]
+    table.set_rows(rows, columns)
+    model = table.model()
+    headers = [model.headerData(c, Qt.Orientation.Horizontal) for c in range(model.columnCount())]
+    assert headers == list(columns) and headers[-1] == "jaccard_vs_pinned" and table.columns() == columns
+    assert [r["tokens_kept"] for r in table.rows()] == [100, 30, 25, 11, 9, 2]
+    table.sortByColumn(columns.index("jaccard_vs_pinned"), Qt.SortOrder.AscendingOrder)
+    assert [r["jaccard_vs_pinned"] for r in table.rows()] == pytest.approx([0.1 * i for i in range(6)])
+    assert model.index(0, columns.index("pinned_method")).data() == "h2o"
+    table.set_rows(_rows())  # unpinned: back to the plain columns
+    assert model.columnCount() == len(COLUMNS) and table.columns() == COLUMNS
