@@ -32,6 +32,23 @@ class SequenceView:
     prefill_ms: float | None = None
 
 
+@dataclass(frozen=True)
+class TokenSteps:
+    """Per generated token i, teacher-forced on the dense continuation: both caches predict dense token i
+    from the same history. Top-k lists are by descending probability."""
+
+    tokens: list[str]  # the dense tokens, one per column
+    kl: np.ndarray  # [n] KL(dense ‖ compressed) of the next-token distributions
+    agreement: np.ndarray  # [n] bool: the compressed cache's top-1 is the dense token
+    dense_top_ids: np.ndarray  # [n, k]
+    dense_top_probs: np.ndarray  # [n, k]
+    dense_top_texts: list[list[str]]
+    compressed_top_ids: np.ndarray  # [n, k]
+    compressed_top_probs: np.ndarray  # [n, k]
+    compressed_top_texts: list[list[str]]
+    first_divergence: int | None  # of the free-running compressed continuation
+
+
 @dataclass
 class CompressionView:
     """One compression result ready to draw. Columns are sequence positions: the T compressible prompt

@@ -1,4 +1,5 @@
-"""Dense vs compressed continuations side by side, and the quality/cost metrics of the last run."""
+"""Dense vs compressed continuations side by side with the per-token strip under them, and the
+quality/cost metrics of the last run."""
 
 from __future__ import annotations
 
@@ -6,23 +7,40 @@ from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QSplitter,
+    QTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.view_model import TokenSteps
+from app.widgets.session_panel import HOVER_BACKGROUND
+from app.widgets.token_strip import TokenStrip
 
 DIVERGENCE_BACKGROUND = QColor(255, 120, 90)
 AFTER_DIVERGENCE_FOREGROUND = QColor(150, 150, 150)
 
 
 class ComparisonView(QWidget):
-    """Two read-only views; the first token where the compressed run differs is marked in both."""
+    """Two read-only views; the first token where the compressed run differs is marked in both. Under them
+    the per-token strip; the token hovered there is marked in both texts."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("comparisonView")
         self.denseTextView = self._text_view("denseTextView")
         self.compressedTextView = self._text_view("compressedTextView")
+        self.strip = TokenStrip()
         self._spans: dict[str, list[tuple[int, int]]] = {"dense": [], "compressed": []}
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
+        self._marked: int | None = None
+        texts = QWidget()
+        row = QHBoxLayout(texts)
+        row.setContentsMargins(0, 0, 0, 0)
         for title, view in (
             ("Dense cache", self.denseTextView),
             ("Compressed cache", self.compressedTextView),
@@ -30,7 +48,16 @@ class ComparisonView(QWidget):
             column = QVBoxLayout()
             column.addWidget(QLabel(f"<b>{title}</b>"))
             column.addWidget(view, 1)
-            layout.addLayout(column, 1)
+            row.addLayout(column, 1)
+        splitter = QSplitter(Qt.Orientation.Vertical, objectName="comparisonSplitter")
+        splitter.addWidget(texts)
+        splitter.addWidget(self.strip)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+        self.strip.tokenHovered.connect(self.mark_token)
         # Scroll together so the same region of both continuations stays in view.
         dense_bar = self.denseTextView.verticalScrollBar()
         compressed_bar = self.compressedTextView.verticalScrollBar()
@@ -61,6 +88,44 @@ class ComparisonView(QWidget):
             else f"First divergence at token {first_divergence}"
         )
         self.setToolTip(tip)
+        self.mark_token(-1 if self._marked is None else self._marked)
+
+    def set_steps(self, steps: TokenSteps | None) -> None:
+        """Per-token KL, agreement and top-5 for the strip (None: not regenerated)."""
+        self.strip.set_steps(steps)
+
+    def mark_token(self, index: int) -> None:
+        """Mark generated token `index` in both texts (where it exists) and scroll it into view; -1 unmarks."""
+        self._marked = index if index >= 0 else None
+        for which, view in (("dense", self.denseTextView), ("compressed", self.compressedTextView)):
+            spans = self._spans[which]
+            if index < 0 or index >= len(spans):
+                view.setExtraSelections([])
+                continue
+            sel = QTextEdit.ExtraSelection()
+            sel.cursor = QTextCursor(view.document())
+            sel.cursor.setPosition(spans[index][0])
+            sel.cursor.setPosition(spans[index][1], QTextCursor.MoveMode.KeepAnchor)
+            sel.format.setBackground(HOVER_BACKGROUND)
+            view.setExtraSelections([sel])
+            if which == "dense":
+                cursor = QTextCursor(view.document())
+                cursor.setPosition(spans[index][0])
+                view.setTextCursor(cursor)
+                view.ensureCursorVisible()
+
+    def marked_token(self) -> int | None:
+        """The generated token marked from the strip, or None."""
+        return self._marked
+
+    def marked_span(self, which: str) -> tuple[int, int] | None:
+        """(start, end) of the marked token's highlight in the 'dense' or 'compressed' view, or None."""
+        view = self.denseTextView if which == "dense" else self.compressedTextView
+        selections = view.extraSelections()
+        if not selections:
+            return None
+        cursor = selections[0].cursor
+        return cursor.selectionStart(), cursor.selectionEnd()
 
     def token_span(self, which: str, index: int) -> tuple[int, int]:
         """(start, end) character offsets of token `index` in the 'dense' or 'compressed' view."""
