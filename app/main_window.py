@@ -306,7 +306,7 @@ class MainWindow(QMainWindow):
             view.n_layers,
             view.n_kv_heads,
         )
-        self.heatmap.set_boundary(view.n_prompt_positions)
+        self.heatmap.set_boundary(view.n_prompt_positions, view.sequence.prompt_len)
         fit_columns = not self.statsTable.rows()
         self.statsTable.set_rows(view.stats_rows)
         if fit_columns:
@@ -384,6 +384,7 @@ class MainWindow(QMainWindow):
             "ratio": s.last_ratio,
             "bits": s.last_bits,
             "group_size": s.last_group_size,
+            "schedule": s.last_schedule,
         }
         try:
             self.controls.set_config(last)
@@ -399,11 +400,12 @@ class MainWindow(QMainWindow):
         s, cfg = self.settings, self.controls.config()
         s.geometry = bytes(self.saveGeometry().toBase64().data()).decode("ascii")
         s.last_prompt = self.sessionPanel.promptEdit.toPlainText()
-        s.last_method, s.last_ratio, s.last_bits, s.last_group_size = (
+        s.last_method, s.last_ratio, s.last_bits, s.last_group_size, s.last_schedule = (
             cfg["method"],
             cfg["ratio"],
             cfg["bits"],
             cfg["group_size"],
+            cfg["schedule"],
         )
         return s.save()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcore.atomic import write_text as atomic_write_text
+from kvcore.defaults import DEFAULT_SCHEDULE, SCHEDULES
 
 APP_NAME = "KV Lens"
 MAX_RECENT = 10
@@ -34,6 +35,7 @@ _CHECKS = {
     "last_ratio": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 < v <= 1.0,
     "last_bits": _is_bits,
     "last_group_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+    "last_schedule": lambda v: v in SCHEDULES,
 }
 
 
@@ -49,6 +51,7 @@ class Settings:
     last_ratio: float = 0.25
     last_bits: int | None = None
     last_group_size: int = 64
+    last_schedule: str = DEFAULT_SCHEDULE
     path: Path | None = field(default=None, compare=False, repr=False)
 
     def add_recent_model(self, name: str) -> None:

@@ -51,8 +51,9 @@ class TokenSteps:
 
 @dataclass
 class CompressionView:
-    """One compression result ready to draw. Columns are sequence positions: the T compressible prompt
-    positions, then the last prompt token and the dense continuation, which are always stored."""
+    """One compression result ready to draw. Columns are sequence positions: the T prompt positions the
+    config's schedule compresses, then what is always stored (under "mlx-lm" the last prompt token) and the dense
+    continuation."""
 
     config: dict[str, Any]
     n_layers: int
@@ -106,7 +107,7 @@ def compression_view(session: Session, state: CompressedState, regen: Regenerati
     """Turn a compressed state (and its regeneration, if any) into widget data."""
     n_layers, n_heads, _ = state.kept.shape
     sequence = sequence_view(session)
-    extra = len(sequence.tokens) - session.n_prompt_positions
+    extra = len(sequence.tokens) - state.kept.shape[2]
     not_compressible = [i for i, layer in enumerate(state.ranking.layers) if layer is None]
     labels = [
         f"L{layer} h{head}" + (" ✕" if layer in not_compressible else "")
@@ -127,7 +128,7 @@ def compression_view(session: Session, state: CompressedState, regen: Regenerati
         config=state.config.to_dict(),
         n_layers=n_layers,
         n_kv_heads=n_heads,
-        n_prompt_positions=session.n_prompt_positions,
+        n_prompt_positions=state.kept.shape[2],
         kept=_padded(rows_of(state.kept), extra, True),
         row_labels=labels,
         token_texts=sequence.tokens,

@@ -34,7 +34,7 @@ def main() -> None:
     session = Session.load(args.model)
     with open(args.prompt_file, encoding="utf-8") as f:
         session.prefill(f.read(), n_tokens=1)
-    T = session.n_prompt_positions
+    T = session.n_compressible()
     print(
         f"model {session.info.name}: {session.info.n_layers} layers x {session.info.n_kv_heads} kv-heads, T={T}"
     )

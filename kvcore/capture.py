@@ -15,6 +15,11 @@ schedules them with the forward pass instead of stalling once per layer.
 
 Keys themselves are not copied: after prefill they are read from the cache (post-RoPE, as mlx-lm stores them).
 Layers whose cache is not a plain mlx-lm `KVCache` (sliding window, SSM state, quantized) get no observation.
+
+`hold_last=True` feeds the prompt's last token in a forward call of its own and keeps what was observed before
+it (`CaptureResult.before_last`): one prefill then serves both compression schedules (`kvcore.defaults`) — the
+whole prompt for "paper", the prompt minus its last token for "mlx-lm" — and the dense cache after the last
+token is exactly the one mlx-lm's `generate_step` builds (it prefills T − 1 tokens and steps the last one).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-from kvcore import attention
+from kvcore import attention, caches
 
 # Upper bound on the elements of one block of attention probabilities [H_q, block, T] (64 MiB in float32).
 BLOCK_ELEMENTS = 1 << 24
@@ -79,6 +84,7 @@ class CaptureResult:
     logits: mx.array  # [vocab] at the last prompt position
     forward_calls: int
     n_tokens: int
+    before_last: CaptureResult | None = None  # hold_last=True: the same prefill one token earlier
 
 
 @dataclass
@@ -113,6 +119,13 @@ class _Recorder:
             state.queries.append(queries[0])
         elif self.h2o:
             state.sums = _accumulate_h2o(state.sums, q, keys[0], float(scale))
+
+    def snapshot(self) -> dict[int, _LayerState]:
+        """The states as they are now (arrays are immutable: later chunks rebind, never overwrite them)."""
+        return {
+            layer: _LayerState(s.tail, s.sums, list(s.queries), s.n_q_heads, s.n_kv_heads, s.scale)
+            for layer, s in self.states.items()
+        }
 
     def arrays(self) -> list[mx.array]:
         """What must be evaluated with each chunk (the tails, and the queries kept for lazy h2o)."""
@@ -165,12 +178,14 @@ def prefill_with_capture(
     window: int = 64,
     chunk_size: int = 2048,
     h2o: bool | str = True,
+    hold_last: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
     should_cancel: Callable[[], bool] | None = None,
 ) -> CaptureResult:
     """Prefill `prompt_ids` into a fresh (or given, empty) cache in chunks, recording per-layer observations.
 
     h2o: True computes the h2o sums now, False never, "lazy" keeps the queries so `ensure_h2o()` can on demand.
+    hold_last: feed the last token alone and keep the state before it as `before_last` (module docstring).
     Raises ValueError on an empty prompt or a window/chunk size below 1, `Cancelled` when `should_cancel()` says
     so between chunks, and `attention.UnsupportedArchitecture` when attention cannot be observed.
     """
@@ -187,27 +202,67 @@ def prefill_with_capture(
     cache = make_prompt_cache(model) if cache is None else cache
     layer_of, skipped = _layer_map(cache)
     recorder = _Recorder(layer_of, window, h2o)
-    total, calls, logits = len(ids), 0, None
+    total = len(ids)
+    body = total - 1 if hold_last and total > 1 else total
+    spans = [(a, min(a + chunk_size, body)) for a in range(0, body, chunk_size)]
+    calls, logits, before_last = 0, None, None
     with attention.observing(recorder):
-        for start in range(0, total, chunk_size):
+        for a, b in spans + ([(body, total)] if body < total else []):
             if should_cancel is not None and should_cancel():
-                raise Cancelled(f"prefill cancelled after {start} of {total} tokens")
-            out = model(mx.array([ids[start : start + chunk_size]]), cache=cache)
+                raise Cancelled(f"prefill cancelled after {a} of {total} tokens")
+            if a == body:  # the held-back last token: keep what was seen before it
+                before_last = _result(
+                    _prefix_cache(cache, layer_of), layer_of, recorder.snapshot(), dict(skipped), logits
+                )
+                before_last.forward_calls, before_last.n_tokens = calls, body
+            out = model(mx.array([ids[a:b]]), cache=cache)
             calls += 1
             logits = out[0, -1]
             mx.eval(logits, [c.state for c in cache], recorder.arrays())
             if on_progress is not None:
-                on_progress(min(start + chunk_size, total), total)
+                on_progress(b, total)
+    result = _result(cache, layer_of, recorder.states, skipped, logits)
+    result.forward_calls, result.n_tokens, result.before_last = calls, total, before_last
+    if before_last is not None:
+        before_last.cache = [
+            _trimmed(c, body) if i in layer_of.values() else c for i, c in enumerate(before_last.cache)
+        ]
+        _observe_keys(before_last, before_last.cache)
+    return result
+
+
+def _prefix_cache(cache: list[Any], layer_of: dict[int, int]) -> list[Any]:
+    """Before the last token: plain layers are trimmed later (views); the others are copied now (small states)."""
+    plain = set(layer_of.values())
+    copied = caches.copy_cache([c for i, c in enumerate(cache) if i not in plain])
+    it = iter(copied)
+    return [c if i in plain else next(it) for i, c in enumerate(cache)]
+
+
+def _trimmed(layer: KVCache, n: int) -> KVCache:
+    """A KVCache holding the first n positions of `layer` (views; appending to it never touches `layer`)."""
+    out = KVCache()
+    out.keys, out.values, out.offset = layer.keys[..., :n, :], layer.values[..., :n, :], n
+    return out
+
+
+def _result(
+    cache: list[Any],
+    layer_of: dict[int, int],
+    states: dict[int, _LayerState],
+    skipped: dict[int, str],
+    logits: mx.array | None,
+) -> CaptureResult:
     observations: list[LayerObservation | None] = [None] * len(cache)
-    for layer, layer_cache in enumerate(cache):
-        if id(layer_cache) not in layer_of:
+    for layer in range(len(cache)):
+        if layer not in layer_of.values():
             continue
-        state = recorder.states.get(layer)
+        state = states.get(layer)
         if state is None:
             skipped[layer] = "attention of this layer was never observed"
             continue
         observations[layer] = LayerObservation(
-            keys=layer_cache.keys[0, :, : layer_cache.offset],
+            keys=mx.zeros((0,)),
             window_queries=state.tail,
             h2o_sums=state.sums,
             n_q_heads=state.n_q_heads,
@@ -215,4 +270,13 @@ def prefill_with_capture(
             scale=state.scale,
             pending_queries=state.queries or None,
         )
-    return CaptureResult(cache, observations, skipped, logits, calls, total)
+    result = CaptureResult(cache, observations, skipped, logits, 0, 0)
+    _observe_keys(result, cache)
+    return result
+
+
+def _observe_keys(result: CaptureResult, cache: list[Any]) -> None:
+    """Point each observation at its layer's cached keys (post-RoPE, up to the layer's offset)."""
+    for obs, layer_cache in zip(result.observations, cache, strict=True):
+        if obs is not None and layer_cache.keys is not None:
+            obs.keys = layer_cache.keys[0, :, : layer_cache.offset]

@@ -15,6 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvcore.defaults import (
+    ALLOWED_BITS,
+    ALLOWED_GROUP_SIZES,
+    DEFAULT_SCHEDULE,
+    SCHEDULE_HELP,
+    SCHEDULES,
+    UNQUANTIZED_BITS,
+)
 from kvcore.export import STATS_COLUMNS, write_csv, write_json
 from kvcore.resources import demo_model_dir
 
@@ -24,6 +32,7 @@ SUMMARY_COLUMNS = (
     "kl_max",
     "nll_delta",
     "first_divergence",
+    "compared_tokens",
     "bytes_dense_total",
     "bytes_compressed_total",
     "compression_ratio",
@@ -53,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--window", type=int, default=64)
         s.add_argument("--n-sink", type=int, default=4)
         s.add_argument("--kernel", type=int, default=5)
+        s.add_argument(
+            "--schedule",
+            choices=SCHEDULES,
+            default=DEFAULT_SCHEDULE,
+            help="; ".join(f"{k}: {v}" for k, v in SCHEDULE_HELP.items()) + f" (default {DEFAULT_SCHEDULE})",
+        )
         s.add_argument("--csv", type=Path, help="per-(layer, kv-head) statistics")
         if name == "compress":
             s.add_argument("--method", default="snapkv")
@@ -99,17 +114,19 @@ def _check_output(path: Path | None) -> None:
 def _config(args: argparse.Namespace, method: str, ratio: float, bits: int) -> Any:
     from kvcore.session import CompressionConfig
 
-    if bits != 16 and bits not in (2, 3, 4, 5, 6, 8):
-        raise UsageError(f"--bits {bits}: allowed are 2, 3, 4, 5, 6, 8 and 16 (unquantized)")
+    if bits != UNQUANTIZED_BITS and bits not in ALLOWED_BITS:
+        allowed = ", ".join(map(str, ALLOWED_BITS))
+        raise UsageError(f"--bits {bits}: allowed are {allowed} and {UNQUANTIZED_BITS} (unquantized)")
     return CompressionConfig(
         method=method,
         ratio=ratio,
-        bits=None if bits == 16 else bits,
+        bits=None if bits == UNQUANTIZED_BITS else bits,
         group_size=args.group_size,
         per_head=not args.shared,
         window=args.window,
         n_sink=args.n_sink,
         kernel=args.kernel,
+        schedule=args.schedule,
     )
 
 
@@ -141,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
         if cfg.bits is not None and session.info.head_dim % cfg.group_size:
             raise UsageError(
                 f"--group-size {cfg.group_size} does not divide head_dim {session.info.head_dim} "
-                f"of this model: use {[g for g in (32, 64, 128) if session.info.head_dim % g == 0]}"
+                f"of this model: use {[g for g in ALLOWED_GROUP_SIZES if session.info.head_dim % g == 0]}"
             )
     session.prefill(prompt, n_tokens=args.tokens)
     rows: list[dict] = []
@@ -168,6 +185,7 @@ def _run(args: argparse.Namespace) -> int:
                     "model": session.info.path,
                     "prompt_tokens": session.prompt_ids,
                     "method": cfg.method,
+                    "schedule": cfg.schedule,
                     "ratio": cfg.ratio,
                     "bits": cfg.bits or 16,
                     "layers": [
@@ -176,7 +194,17 @@ def _run(args: argparse.Namespace) -> int:
                 },
             )
         if args.json:
-            print(json.dumps({"method": cfg.method, "ratio": cfg.ratio, "bits": cfg.bits or 16, **summary}))
+            print(
+                json.dumps(
+                    {
+                        "method": cfg.method,
+                        "schedule": cfg.schedule,
+                        "ratio": cfg.ratio,
+                        "bits": cfg.bits or 16,
+                        **summary,
+                    }
+                )
+            )
         else:
             _print_human(session, summary, regen.tokens)
     else:

@@ -15,6 +15,7 @@ from kvcore.atomic import write_text
 #: Per-(layer, kv-head) columns, in this order (the methods issue fixes them).
 STATS_COLUMNS: tuple[str, ...] = (
     "method",
+    "schedule",
     "retention_ratio",
     "bits",
     "group_size",

@@ -5,8 +5,12 @@ bit width is a top-n slice, a gather and a quantize — never a second prefill. 
 computed from the kept prefill queries the first time h2o is asked for, not at prefill. The dense greedy
 continuation is computed once and is the reference every compressed state is measured against.
 
-Schedule (as mlx-lm's generate): the prompt minus its last token is prefilled and compressed; the last token is
-then fed through the compressed cache, so every generated token sees the compression.
+Schedules (`kvcore.defaults.SCHEDULES`, a field of every config): "paper" compresses the whole prompt with the
+observation windows ending at its last token and takes the first generated token from the dense prefill, as
+SnapKV, PyramidKV and kvpress do; "mlx-lm" compresses the prompt minus its last token and feeds that token through
+the compressed cache. The last prompt token is the query that retrieves an answer, so only "paper" lets a
+query-aware method see it. One prefill serves both (`prefill_with_capture(hold_last=True)`), so switching is a
+recompress; the dense reference of each schedule is computed once per continuation.
 
 MLX streams belong to the thread that created them, so a Session must be used from the thread that loaded it.
 """
@@ -24,17 +28,32 @@ import numpy as np
 
 from kvcore import caches, loading, metrics
 from kvcore.capture import Cancelled, CaptureResult, prefill_with_capture
+from kvcore.defaults import (
+    ALLOWED_BITS,
+    ALLOWED_GROUP_SIZES,
+    CAPTURE_WINDOW,
+    DEFAULT_SCHEDULE,
+    SCHEDULES,
+    STATS_WINDOW,
+)
 from kvcore.methods import MethodParams, available
 from kvcore.methods.base import window_attention
 from kvcore.selection import Ranking, rank, select
 
-#: Queries captured at prefill; the window parameter can go up to this without a new prefill.
-CAPTURE_WINDOW = 256
-ALLOWED_BITS = (2, 3, 4, 5, 6, 8)
-ALLOWED_GROUP_SIZES = (32, 64, 128)
-
 Progress = Callable[[int, int], None] | None
 CancelCheck = Callable[[], bool] | None
+
+#: Everything a prefill replaces; restored as it was when the prefill fails or is cancelled.
+_PREFILL_STATE = (
+    "_capture",
+    "prompt_ids",
+    "_rankings",
+    "_window_attention",
+    "dense_tokens",
+    "_dense_logits",
+    "_dense_decode_cache",
+    "_packed",
+)
 
 __all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", "Session"]
 
@@ -52,8 +71,11 @@ class CompressionConfig:
     n_sink: int = 4
     kernel: int = 5
     seed: int = 0
+    schedule: str = DEFAULT_SCHEDULE
 
     def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.method not in available():
             raise ValueError(f"unknown method {self.method!r}; available: {', '.join(available())}")
         if not isinstance(self.ratio, int | float) or not 0.0 < self.ratio <= 1.0:
@@ -88,7 +110,7 @@ class CompressedState:
     cache: list[Any]
     selection: list[Any]  # per layer, as select_positions took it (None = not compressed)
     ranking: Ranking
-    kept: np.ndarray  # [L, H_kv, T] bool over prompt positions
+    kept: np.ndarray  # [L, H_kv, T] bool over the schedule's compressible prompt positions
     bytes_dense: int
     bytes_compressed: int
     recompress_ms: float
@@ -114,13 +136,13 @@ class Session:
         self._thread = threading.get_ident()
         self.forward_calls = 0
         self._capture: CaptureResult | None = None
-        self._rankings: dict[tuple[str, MethodParams], Ranking] = {}
-        self._window_attention: list[np.ndarray | None] = []
+        self._rankings: dict[tuple[str, MethodParams, str], Ranking] = {}
+        self._window_attention: dict[str, list[np.ndarray | None]] = {}
         self.prompt_ids: list[int] = []
         self.dense_tokens: list[int] = []
-        self._dense_logits: np.ndarray | None = None
+        self._dense_logits: dict[str, np.ndarray] = {}
         self._dense_decode_cache: list[Any] | None = None
-        self._packed: tuple[tuple[int, int], list[Any]] | None = None
+        self._packed: tuple[tuple[int, int, str], list[Any]] | None = None
         self.prefill_ms = 0.0
 
     @classmethod
@@ -142,10 +164,22 @@ class Session:
             raise ValueError("no prompt has been prefilled yet: run Prefill first")
         return self._capture
 
-    @property
-    def n_prompt_positions(self) -> int:
-        """Compressible prompt positions T (the prompt minus its last token)."""
-        return len(self.prompt_ids) - 1 if self.prompt_ids else 0
+    def _observed(self, schedule: str) -> CaptureResult:
+        """What the schedule compresses: the whole prefill ("paper") or the prefill before the last token."""
+        capture = self._require_prefill()
+        return capture if schedule == "paper" else capture.before_last
+
+    def n_compressible(self, schedule: str = DEFAULT_SCHEDULE) -> int:
+        """Compressible prompt positions T: the whole prompt ("paper") or all but its last token ("mlx-lm")."""
+        if not self.prompt_ids:
+            return 0
+        return len(self.prompt_ids) - (0 if schedule == "paper" else 1)
+
+    @staticmethod
+    def first_compressed_step(schedule: str) -> int:
+        """Index of the first generated token that can differ from the dense one (paper: the first comes from
+        the dense prefill)."""
+        return 1 if schedule == "paper" else 0
 
     # -- prefill ----------------------------------------------------------------------------------------------
     def encode(self, prompt: str | Sequence[int]) -> list[int]:
@@ -180,51 +214,63 @@ class Session:
         start = time.perf_counter()
         capture = prefill_with_capture(
             self.model,
-            ids[:-1],
+            ids,
             window=CAPTURE_WINDOW,
             h2o="lazy",
+            hold_last=True,
             on_progress=on_progress,
             should_cancel=should_cancel,
         )
         prefill_ms = (time.perf_counter() - start) * 1e3
         self.forward_calls += capture.forward_calls
-        old = (self._capture, self.prompt_ids, self._rankings, self._window_attention)
-        self._capture, self.prompt_ids, self._rankings = capture, ids, {}
-        self.dense_tokens, self._dense_decode_cache, self._packed = [], None, None
+        old = {name: getattr(self, name) for name in _PREFILL_STATE}
+        self._capture, self.prompt_ids, self._rankings, self._window_attention = capture, ids, {}, {}
+        self.dense_tokens, self._dense_logits, self._dense_decode_cache, self._packed = [], {}, None, None
         try:
-            self._window_attention = self._mean_window_attention(capture)
             self.extend(n_tokens, should_cancel=should_cancel)
         except BaseException:
-            self._capture, self.prompt_ids, self._rankings, self._window_attention = old
+            for name, value in old.items():
+                setattr(self, name, value)
             raise
         self.prefill_ms = prefill_ms
         return {"prompt_tokens": len(ids), "prefill_ms": prefill_ms, "skipped_layers": dict(capture.skipped)}
 
-    def _mean_window_attention(self, capture: CaptureResult) -> list[np.ndarray | None]:
-        """Per layer [H_kv, T]: the last 64 prompt queries' attention, mean over queries and GQA group."""
+    def _mean_window_attention(self, schedule: str) -> list[np.ndarray | None]:
+        """Per layer [H_kv, T]: the last STATS_WINDOW queries' attention, mean over queries and GQA group."""
+        if schedule in self._window_attention:
+            return self._window_attention[schedule]
         out = []
-        for obs in capture.observations:
+        for obs in self._observed(schedule).observations:
             if obs is None:
                 out.append(None)
                 continue
-            w = min(64, obs.n_tokens)
+            w = min(STATS_WINDOW, obs.n_tokens)
             attn = window_attention(obs, w).mean(axis=1)
             out.append(attn.reshape(obs.n_kv_heads, obs.group, -1).mean(axis=1))
         mx.eval([a for a in out if a is not None])
-        return [None if a is None else np.array(a) for a in out]
+        self._window_attention[schedule] = [None if a is None else np.array(a) for a in out]
+        return self._window_attention[schedule]
 
     def extend(self, n: int, should_cancel: CancelCheck = None) -> list[int]:
-        """Continue the dense greedy continuation by `n` tokens and refresh its teacher-forced logits."""
+        """Continue the dense greedy continuation by `n` tokens and refresh both schedules' reference logits.
+
+        The dense continuation is the same under both schedules: its first token is the prefill's prediction at
+        the last prompt position (bit-identical to mlx-lm's `generate_step`, which steps that token alone).
+        """
         self._check_thread()
         capture = self._require_prefill()
+        if n < 1:
+            raise ValueError(f"tokens to generate must be at least 1, got {n}")
         if self._dense_decode_cache is None:
-            self._dense_decode_cache = caches.copy_cache(capture.cache)
-            first = self.prompt_ids[-1]
+            cache = caches.copy_cache(capture.cache)
+            first = int(mx.argmax(capture.logits).item())
+            new = [first, *self._greedy(cache, first, n - 1, should_cancel)]
         else:
-            first = self.dense_tokens[-1]
-        new = self._greedy(self._dense_decode_cache, first, n, should_cancel)
-        self.dense_tokens.extend(new)
-        self._dense_logits = self._teacher_forced(capture.cache)
+            cache = caches.copy_cache(self._dense_decode_cache)
+            new = self._greedy(cache, self.dense_tokens[-1], n, should_cancel)
+        tokens = [*self.dense_tokens, *new]
+        references = {s: self._reference_logits(self._observed(s).cache, s, tokens) for s in SCHEDULES}
+        self._dense_decode_cache, self.dense_tokens, self._dense_logits = cache, tokens, references
         return new
 
     # -- decoding ---------------------------------------------------------------------------------------------
@@ -240,27 +286,38 @@ class Session:
             tokens.append(tok)
         return tokens
 
-    def _teacher_forced(self, cache: list[Any]) -> np.ndarray:
-        """Logits [n, V] predicting each dense token, from one multi-token pass on a copy of `cache`."""
-        feed = [self.prompt_ids[-1], *self.dense_tokens[:-1]]
-        branch = caches.copy_cache(cache)
-        logits = self.model(mx.array([feed]), cache=branch)
-        self.forward_calls += 1
-        return np.array(logits[0].astype(mx.float32))
+    def _reference_logits(self, cache: list[Any], schedule: str, tokens: Sequence[int]) -> np.ndarray:
+        """Logits [n, V] predicting each of `tokens` (the dense continuation) from `cache` under `schedule`.
+
+        "mlx-lm": one multi-token pass feeding the last prompt token and tokens[:-1] to a copy of the cache of
+        T − 1 positions. "paper": the cache holds the whole prompt, so the first row is the dense prefill's own
+        prediction and the pass feeds tokens[:-1].
+        """
+        capture = self._require_prefill()
+        if schedule == "paper":
+            rows = [np.array(capture.logits.astype(mx.float32))[None]]
+            feed = list(tokens[:-1])
+        else:
+            rows, feed = [], [self.prompt_ids[-1], *tokens[:-1]]
+        if feed:
+            logits = self.model(mx.array([feed]), cache=caches.copy_cache(cache))
+            self.forward_calls += 1
+            rows.append(np.array(logits[0].astype(mx.float32)))
+        return np.concatenate(rows, axis=0)
 
     # -- compression ------------------------------------------------------------------------------------------
     def ranking(self, config: CompressionConfig) -> Ranking:
         """The method's scores and per-head priority order, computed once per (method, params)."""
-        capture = self._require_prefill()
-        key = (config.method, config.params())
+        observed = self._observed(config.schedule)
+        key = (config.method, config.params(), config.schedule)
         if key not in self._rankings:
-            self._rankings[key] = rank(capture.observations, config.method, config.params())
+            self._rankings[key] = rank(observed.observations, config.method, config.params())
         return self._rankings[key]
 
     def compress(self, config: CompressionConfig) -> CompressedState:
         """Select, gather and (optionally) quantize a compressed copy of the prefilled cache. No prefill."""
         self._check_thread()
-        capture = self._require_prefill()
+        observed = self._observed(config.schedule)
         if config.bits is not None and self.info.head_dim % config.group_size:
             raise ValueError(
                 f"group size {config.group_size} does not divide head_dim {self.info.head_dim}: "
@@ -270,18 +327,20 @@ class Session:
         ranking = self.ranking(config)
         selection = select(ranking, config.ratio, per_head=config.per_head)
         source = (
-            capture.cache if config.bits is None else self._quantized_dense(config.bits, config.group_size)
+            observed.cache
+            if config.bits is None
+            else self._quantized_dense(config.bits, config.group_size, config.schedule)
         )
         cache = caches.select_positions(source, selection, validate=False)  # valid by construction
         recompress_ms = (time.perf_counter() - start) * 1e3
-        kept = self._kept_mask(selection)
+        kept = self._kept_mask(selection, self.n_compressible(config.schedule))
         state = CompressedState(
             config=config,
             cache=cache,
             selection=selection,
             ranking=ranking,
             kept=kept,
-            bytes_dense=caches.cache_tensor_bytes(capture.cache),
+            bytes_dense=caches.cache_tensor_bytes(observed.cache),
             bytes_compressed=caches.cache_tensor_bytes(cache),
             recompress_ms=recompress_ms,
         )
@@ -290,7 +349,7 @@ class Session:
         state.stats_rows = self._stats_rows(state)
         return state
 
-    def _quantized_dense(self, bits: int, group_size: int) -> list[Any]:
+    def _quantized_dense(self, bits: int, group_size: int, schedule: str) -> list[Any]:
         """The whole prefilled cache packed at (bits, group_size), kept for the last pair asked for.
 
         mx.quantize packs each row on its own, so gathering packed rows equals packing gathered rows, bit for bit;
@@ -298,15 +357,15 @@ class Session:
         cheaper on a CPU than quantizing the kept rows again (BENCHMARKS.md, recompress). Memory: one packed
         copy (~0.28x the bf16 cache at 4 bits).
         """
-        key = (bits, group_size)
+        key = (bits, group_size, schedule)
         if self._packed is None or self._packed[0] != key:
             self._packed = None
-            capture = self._require_prefill()
-            self._packed = (key, caches.quantize_cache(capture.cache, bits=bits, group_size=group_size))
+            source = self._observed(schedule).cache
+            self._packed = (key, caches.quantize_cache(source, bits=bits, group_size=group_size))
         return self._packed[1]
 
-    def _kept_mask(self, selection: Sequence[Any]) -> np.ndarray:
-        T, H = self.n_prompt_positions, self.info.n_kv_heads
+    def _kept_mask(self, selection: Sequence[Any], T: int) -> np.ndarray:
+        H = self.info.n_kv_heads
         kept = np.zeros((len(selection), H, T), dtype=bool)
         for layer, sel in enumerate(selection):
             if sel is None:
@@ -322,12 +381,12 @@ class Session:
 
     def _quant_error(self, state: CompressedState) -> tuple[np.ndarray, list]:
         """Per (layer, head, kept position): RMSE over head_dim of the dequantized key and value (mean of both)."""
-        capture = self._require_prefill()
+        observed = self._observed(state.config.schedule)
         L, H, T = state.kept.shape
         err = np.full((L, H, T), np.nan, dtype=np.float32)
         per_layer: list[tuple[np.ndarray, np.ndarray] | None] = []
         lazy = []
-        for dense, comp in zip(capture.cache, state.cache, strict=True):
+        for dense, comp in zip(observed.cache, state.cache, strict=True):
             if not isinstance(comp, caches.SparseQuantizedKVCache):
                 lazy.append(None)
                 continue
@@ -359,15 +418,16 @@ class Session:
 
     def _stats_rows(self, state: CompressedState) -> list[dict]:
         """One row per (layer, kv-head) with the CSV columns of kvcore.export.STATS_COLUMNS."""
-        capture = self._require_prefill()
-        cfg, T = state.config, self.n_prompt_positions
+        cfg, T = state.config, state.kept.shape[2]
+        observed = self._observed(cfg.schedule)
+        window_attention = self._mean_window_attention(cfg.schedule)
         rows = []
         rmse = state.quant_rmse
-        for layer, (dense, comp) in enumerate(zip(capture.cache, state.cache, strict=True)):
+        for layer, (dense, comp) in enumerate(zip(observed.cache, state.cache, strict=True)):
             n_heads = state.kept.shape[1]
             dense_head = caches.cache_tensor_bytes([dense]) // n_heads
             comp_head = caches.cache_tensor_bytes([comp]) // n_heads
-            attn = self._window_attention[layer] if layer < len(self._window_attention) else None
+            attn = window_attention[layer]
             for h in range(n_heads):
                 kept_pos = np.flatnonzero(state.kept[layer, h])
                 mass = float(attn[h, kept_pos].sum()) if attn is not None else float("nan")
@@ -377,6 +437,7 @@ class Session:
                 rows.append(
                     {
                         "method": cfg.method,
+                        "schedule": cfg.schedule,
                         "retention_ratio": cfg.ratio,
                         "bits": cfg.bits or 16,
                         "group_size": cfg.group_size if cfg.bits else "",
@@ -396,18 +457,34 @@ class Session:
     def regenerate(
         self, state: CompressedState, n: int | None = None, should_cancel: CancelCheck = None
     ) -> Regeneration:
-        """Teacher-forced metrics on the dense continuation and a free-running greedy continuation."""
+        """Teacher-forced metrics on the dense continuation and a free-running greedy continuation.
+
+        Under "paper" the first generated token comes from the dense prefill and cannot differ, so the summary
+        metrics cover tokens `first_compressed_step` … n − 1 (`compared_tokens` of them); `kl_per_step` has all n
+        steps (0 for the dense one).
+        """
         self._check_thread()
         self._require_prefill()
+        schedule = state.config.schedule
         n = len(self.dense_tokens) if n is None else min(n, len(self.dense_tokens))
         start = time.perf_counter()
-        comp_logits = self._teacher_forced(state.cache)[:n]
-        targets = np.array(self.dense_tokens[:n])
-        m = metrics.teacher_forced(self._dense_logits[:n], comp_logits, targets)
-        free = self._greedy(caches.copy_cache(state.cache), self.prompt_ids[-1], n, should_cancel)
-        m["first_divergence"] = metrics.first_divergence(self.dense_tokens[:n], free)
+        tokens = self.dense_tokens[:n]
+        comp_logits = self._reference_logits(state.cache, schedule, tokens)
+        skip = min(self.first_compressed_step(schedule), n)
+        dense_logits = self._dense_logits[schedule][:n]
+        m = metrics.teacher_forced(dense_logits[skip:], comp_logits[skip:], np.array(tokens[skip:]))
+        m["kl_per_step"] = [0.0] * skip + list(m.get("kl_per_step", []))
+        branch = caches.copy_cache(state.cache)
+        if schedule == "paper":
+            free = tokens[:1] + self._greedy(branch, tokens[0], n - 1, should_cancel) if n else []
+        else:
+            free = self._greedy(branch, self.prompt_ids[-1], n, should_cancel)
+        m["first_divergence"] = metrics.first_divergence(tokens, free)
         regenerate_ms = (time.perf_counter() - start) * 1e3
         m.update(
+            schedule=schedule,
+            first_compressed_step=skip,
+            compared_tokens=n - skip,
             bytes_dense=state.bytes_dense,
             bytes_compressed=state.bytes_compressed,
             compression_ratio=state.bytes_compressed / state.bytes_dense

@@ -171,6 +171,7 @@ _ROWS: tuple[tuple[str, str, Any], ...] = (
     ("kl_max", "KL max", lambda v: f"{v:.4g}"),
     ("nll_delta", "NLL delta", lambda v: f"{v:+.4g}"),
     ("first_divergence", "First divergence", lambda v: f"token {v}"),
+    ("compared_tokens", "Tokens compared", str),
     ("recompress_ms", "Recompress", lambda v: f"{v:.1f} ms"),
     ("regenerate_ms", "Regenerate", lambda v: f"{v:.1f} ms"),
 )
@@ -208,6 +209,12 @@ class MetricsPanel(QWidget):
                 except (TypeError, ValueError):
                     text = str(value)
             self._values[key].setText(text)
+        skip = metrics.get("first_compressed_step")
+        self._values["compared_tokens"].setToolTip(
+            f"Tokens 0–{skip - 1} come from the dense prefill ({metrics.get('schedule')} schedule) and cannot diverge"
+            if skip
+            else "Every generated token sees the compressed cache"
+        )
 
     def value_text(self, key: str) -> str:
         """The text shown for one metric key."""

@@ -16,9 +16,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvcore.defaults import (
+    ALLOWED_BITS,
+    ALLOWED_GROUP_SIZES,
+    DEFAULT_SCHEDULE,
+    SCHEDULE_HELP,
+    SCHEDULES,
+    UNQUANTIZED_BITS,
+)
+
 DEFAULT_METHODS = ["full", "streaming_llm", "snapkv", "h2o", "tova", "knorm", "random", "pyramidkv", "adakv"]
-BITS_STEPS = (2, 3, 4, 5, 6, 8, 16)  # 16 = unquantized
-GROUP_SIZES = (32, 64, 128)
+BITS_STEPS = (*ALLOWED_BITS, UNQUANTIZED_BITS)
+GROUP_SIZES = ALLOWED_GROUP_SIZES
 DEFAULTS: dict[str, Any] = {
     "method": "snapkv",
     "ratio": 0.25,
@@ -28,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "window": 64,
     "n_sink": 4,
     "kernel": 5,
+    "schedule": DEFAULT_SCHEDULE,
 }
 # Which method parameter each method reads; the others are disabled with a tooltip.
 _USES = {
@@ -83,6 +93,13 @@ class CompressionControls(QWidget):
         self.sinkSpin = self._spin("sinkSpin", 0, 1024, "Attention sinks: first positions always kept")
         self.kernelSpin = self._spin("kernelSpin", 1, 63, "Pooling kernel over the window's scores")
         self.kernelSpin.setSingleStep(2)
+        self.scheduleCombo = QComboBox(objectName="scheduleCombo")
+        for i, name in enumerate(SCHEDULES):
+            self.scheduleCombo.addItem(name, name)
+            self.scheduleCombo.setItemData(i, SCHEDULE_HELP[name], Qt.ItemDataRole.ToolTipRole)
+        self.scheduleCombo.setToolTip(
+            "When the prompt is compressed.\n" + "\n".join(f"{k}: {v}." for k, v in SCHEDULE_HELP.items())
+        )
         self.autoRegenerateCheck = QCheckBox("Auto-regenerate", objectName="autoRegenerateCheck")
         self.autoRegenerateCheck.setChecked(True)
         self.autoRegenerateCheck.setToolTip("Regenerate and compare the continuations after every change")
@@ -96,6 +113,7 @@ class CompressionControls(QWidget):
         form.addRow("Window", self.windowSpin)
         form.addRow("Sinks", self.sinkSpin)
         form.addRow("Kernel", self.kernelSpin)
+        form.addRow("Schedule", self.scheduleCombo)
         form.addRow("", self.autoRegenerateCheck)
 
         self.methodCombo.currentIndexChanged.connect(self._changed)
@@ -103,6 +121,7 @@ class CompressionControls(QWidget):
         self.bitsSlider.valueChanged.connect(self._changed)
         self.groupSizeCombo.currentIndexChanged.connect(self._changed)
         self.perHeadCheck.toggled.connect(self._changed)
+        self.scheduleCombo.currentIndexChanged.connect(self._changed)
         for spin in (self.windowSpin, self.sinkSpin, self.kernelSpin):
             spin.valueChanged.connect(self._changed)
 
@@ -125,7 +144,8 @@ class CompressionControls(QWidget):
     # -- public API -------------------------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:
-        """{method, ratio (0.01-1.0), bits (int, None = unquantized), group_size, per_head, window, n_sink, kernel}."""
+        """{method, ratio (0.01-1.0), bits (int, None = unquantized), group_size, per_head, window, n_sink, kernel,
+        schedule}."""
         bits = BITS_STEPS[self.bitsSlider.value()]
         return {
             "method": self.methodCombo.currentText(),
@@ -136,6 +156,7 @@ class CompressionControls(QWidget):
             "window": self.windowSpin.value(),
             "n_sink": self.sinkSpin.value(),
             "kernel": self.kernelSpin.value(),
+            "schedule": self.scheduleCombo.currentData(),
         }
 
     def set_config(self, config: dict[str, Any]) -> None:
@@ -149,6 +170,7 @@ class CompressionControls(QWidget):
             self.windowSpin,
             self.sinkSpin,
             self.kernelSpin,
+            self.scheduleCombo,
         )
         for w in widgets:
             w.blockSignals(True)
@@ -167,6 +189,13 @@ class CompressionControls(QWidget):
                 if index < 0:
                     raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {config['group_size']}")
                 self.groupSizeCombo.setCurrentIndex(index)
+            if "schedule" in config:
+                index = self.scheduleCombo.findData(config["schedule"])
+                if index < 0:
+                    raise ValueError(
+                        f"schedule must be one of {', '.join(SCHEDULES)}, got {config['schedule']!r}"
+                    )
+                self.scheduleCombo.setCurrentIndex(index)
             if "per_head" in config:
                 self.perHeadCheck.setChecked(bool(config["per_head"]))
             for key, spin in (

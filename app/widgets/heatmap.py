@@ -225,6 +225,7 @@ class RetentionHeatmap(QWidget):
         )
         self.boundary.setZValue(9)
         self.boundary.setVisible(False)
+        self.boundary_column: int | None = None
         self.plot.addItem(self.boundary)
         self.colorBar = pg.ColorBarItem(values=(0, 1), interactive=False, colorMapMenu=False, width=15)
         self.graphics.addItem(self.colorBar, row=0, col=1)
@@ -327,14 +328,18 @@ class RetentionHeatmap(QWidget):
         self.marker.setPos(pos + 0.5)
         self.marker.setVisible(True)
 
-    def set_boundary(self, column: int | None) -> None:
-        """Mark where the compressible prompt ends and the always-stored tail (the last prompt token and
-        the generated tokens) begins; None hides the line."""
+    def set_boundary(self, column: int | None, prompt_len: int | None = None) -> None:
+        """Mark where the compressible prompt ends and the always-stored tail begins (under the "mlx-lm"
+        schedule the last prompt token, then the generated tokens); None hides the line."""
         self.boundary.setVisible(column is not None)
+        self.boundary_column = column
         if column is not None:
             self.boundary.setPos(column)
+            held = prompt_len is not None and column < prompt_len
             self.boundary.setToolTip(
-                "Right of this line: the last prompt token and the generated tokens, always kept"
+                "Right of this line: "
+                + ("the last prompt token and " if held else "")
+                + "the generated tokens, always kept"
             )
 
     def image_rgba(self) -> np.ndarray:

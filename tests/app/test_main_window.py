@@ -196,6 +196,19 @@ def test_sliders_change_the_view_to_what_kvcore_computes_and_csv_matches(ctx, tm
     assert window.export_image(image) and image.stat().st_size > 0
 
 
+def test_schedule_switch_recompresses_the_same_prefill(ctx):
+    window, ref, calls = ctx["window"], ctx["ref"], ctx["calls"]
+    controls = window.controls
+    prefills = sum(1 for name, _, _ in calls if name == "prefill")
+    T = len(ref.prompt_ids)
+    for schedule, boundary in (("mlx-lm", T - 1), ("paper", T)):
+        _shown_after(window, lambda s=schedule: controls.set_config({"schedule": s}))
+        assert controls.config()["schedule"] == schedule
+        _assert_window_matches(window, ref, controls.config())
+        assert window.heatmap.boundary_column == boundary
+    assert sum(1 for name, _, _ in calls if name == "prefill") == prefills
+
+
 def test_burst_of_200_slider_changes_ends_on_the_last_setting(ctx):
     window, ref = ctx["window"], ctx["ref"]
     slider = window.controls.retentionSlider

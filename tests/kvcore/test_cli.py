@@ -27,7 +27,7 @@ def test_compress_writes_csv_positions_and_json(model_dirs, prompt_file, tmp_pat
     csv_path, pos_path = tmp_path / "stats.csv", tmp_path / "kept.json"
     argv = ["compress", "--model", str(model_dirs["llama"]), "--prompt-file", str(prompt_file)]
     argv += ["--method", "h2o", "--ratio", "0.25", "--bits", "4", "--group-size", "32", "--tokens", "6"]
-    argv += ["--csv", str(csv_path), "--positions", str(pos_path), "--json"]
+    argv += ["--csv", str(csv_path), "--positions", str(pos_path), "--json", "--schedule", "mlx-lm"]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["method"] == "h2o" and summary["bits"] == 4

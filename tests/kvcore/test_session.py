@@ -1,5 +1,6 @@
 """Session: prefill once, compress many times without a forward pass, regenerate against the dense baseline."""
 
+import math
 import threading
 
 import numpy as np
@@ -32,11 +33,11 @@ def test_full_is_lossless(session):
 
 
 def test_lower_ratio_fewer_bytes_exactly_counted(session):
-    info, T = session.info, session.n_prompt_positions
+    info, T = session.info, session.n_compressible("paper")
     sizes = []
     for ratio in (1.0, 0.5, 0.25, 0.1):
         state = session.compress(CompressionConfig("snapkv", ratio))
-        n = max(1, round(ratio * T))
+        n = max(1, math.floor(ratio * T + 0.5))  # round(r·T), halves up (DESIGN.md)
         assert (state.kept.sum(axis=2) == n).all()
         expected = 2 * info.n_layers * info.n_kv_heads * n * info.head_dim * 4  # float32 test weights
         assert state.bytes_compressed == expected == caches.cache_tensor_bytes(state.cache)

@@ -45,7 +45,7 @@ def test_metrics_panel_formats_and_missing(qtbot):
     panel = MetricsPanel()
     qtbot.addWidget(panel)
     assert panel.objectName() == "metricsPanel"
-    assert panel.text().count("—") == 10
+    assert panel.text().count("—") == 11
     panel.set_metrics(
         {
             "bytes_dense": 4 * 1024 * 1024,

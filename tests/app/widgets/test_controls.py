@@ -61,6 +61,7 @@ def test_set_config_round_trip_emits_once(controls, qtbot):
         "window": 32,
         "n_sink": 8,
         "kernel": 7,
+        "schedule": "mlx-lm",
     }
     emitted = []
     controls.configChanged.connect(emitted.append)
@@ -70,6 +71,20 @@ def test_set_config_round_trip_emits_once(controls, qtbot):
     assert controls.bitsLabel.text() == "4-bit"
     with pytest.raises(ValueError):
         controls.set_config({"bits": 7})
+
+
+def test_schedule_choice_explains_both_schedules(controls, qtbot):
+    combo = controls.scheduleCombo
+    assert [combo.itemData(i) for i in range(combo.count())] == ["paper", "mlx-lm"]
+    assert controls.config()["schedule"] == "paper"
+    tips = [combo.itemData(i, Qt.ItemDataRole.ToolTipRole) for i in range(combo.count())]
+    assert "dense prefill" in tips[0] and "last token" in tips[1]
+    assert "paper:" in combo.toolTip() and "mlx-lm:" in combo.toolTip()
+    with qtbot.waitSignal(controls.configChanged) as blocker:
+        combo.setCurrentIndex(1)
+    assert blocker.args[0]["schedule"] == "mlx-lm"
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        controls.set_config({"schedule": "later"})
 
 
 def test_every_control_emits(controls, qtbot):

@@ -1,0 +1,35 @@
+"""The one definition of every compression constant and default: the engine, CLI, controls and settings import it.
+
+Kept free of MLX so the GUI, the CLI's argument parsing and the training script can import it cheaply.
+"""
+
+from __future__ import annotations
+
+#: Widths `mx.quantize` packs; 16 in the UI and CLI means "not quantized".
+ALLOWED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 8)
+UNQUANTIZED_BITS = 16
+#: Group sizes `mx.quantize` accepts (each must divide head_dim).
+ALLOWED_GROUP_SIZES: tuple[int, ...] = (32, 64, 128)
+
+#: When the prompt is compressed relative to its last token.
+#: "paper": the whole prompt is prefilled densely and compressed, observation windows end at its last token, and
+#: the first generated token comes from the dense prefill (SnapKV, PyramidKV, KVCache-Factory, kvpress).
+#: "mlx-lm": the prompt minus its last token is compressed and the last token is fed through the compressed cache
+#: (mlx-lm's quantized-cache schedule), so every window ends one token before the retrieving query.
+SCHEDULES: tuple[str, ...] = ("paper", "mlx-lm")
+DEFAULT_SCHEDULE = "paper"
+SCHEDULE_HELP: dict[str, str] = {
+    "paper": (
+        "Compress the whole prompt; observation windows end at its last token; the first generated token comes "
+        "from the dense prefill (SnapKV, PyramidKV, kvpress)"
+    ),
+    "mlx-lm": (
+        "Compress the prompt minus its last token, then feed that token through the compressed cache "
+        "(mlx-lm's schedule): every generated token sees the compression"
+    ),
+}
+
+#: Queries captured at prefill; a method's window can go up to this without a new prefill.
+CAPTURE_WINDOW = 256
+#: Window whose attention the statistics' "attention mass kept" is measured over.
+STATS_WINDOW = 64
