@@ -7,6 +7,7 @@ distributions on the same history; the free-running continuation gives the first
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,19 +19,28 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
+def _check_shapes(dense_logits: np.ndarray, comp_logits: np.ndarray, targets: np.ndarray) -> None:
+    if dense_logits.shape != comp_logits.shape or dense_logits.shape[0] != len(targets):
+        raise ValueError(
+            f"shapes differ: dense {dense_logits.shape}, compressed {comp_logits.shape}, targets {len(targets)}"
+        )
+
+
+def _kl(lp_dense: np.ndarray, lp_comp: np.ndarray) -> np.ndarray:
+    """KL(dense ‖ compressed) per row from log-probabilities (clipped at 0 against rounding)."""
+    return np.maximum((np.exp(lp_dense) * (lp_dense - lp_comp)).sum(axis=-1), 0.0)
+
+
 def teacher_forced(dense_logits: np.ndarray, comp_logits: np.ndarray, targets: np.ndarray) -> dict:
     """Agreement, KL(dense ‖ compressed) per step (mean, max) and NLL delta on the dense continuation.
 
     dense_logits, comp_logits: [n, V] logits predicting targets[i] at step i; targets: [n] token ids.
     """
-    if dense_logits.shape != comp_logits.shape or dense_logits.shape[0] != len(targets):
-        raise ValueError(
-            f"shapes differ: dense {dense_logits.shape}, compressed {comp_logits.shape}, targets {len(targets)}"
-        )
+    _check_shapes(dense_logits, comp_logits, targets)
     if len(targets) == 0:
         return {"agreement": float("nan"), "kl_mean": float("nan"), "kl_max": float("nan"), "nll_delta": 0.0}
     lp_d, lp_c = log_softmax(dense_logits), log_softmax(comp_logits)
-    kl = np.maximum((np.exp(lp_d) * (lp_d - lp_c)).sum(axis=-1), 0.0)
+    kl = _kl(lp_d, lp_c)
     rows = np.arange(len(targets))
     nll_d = -lp_d[rows, targets]
     nll_c = -lp_c[rows, targets]
@@ -43,6 +53,67 @@ def teacher_forced(dense_logits: np.ndarray, comp_logits: np.ndarray, targets: n
         "nll_compressed": float(nll_c.mean()),
         "nll_delta": float(nll_c.mean() - nll_d.mean()),
     }
+
+
+#: Candidates shown per generated token for each cache (the per-token view's hover).
+TOP_K = 5
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """Per generated token i, teacher-forced: both caches predict dense token i from the same history."""
+
+    kl: np.ndarray  # [n] KL(dense ‖ compressed)
+    agreement: np.ndarray  # [n] bool: the compressed top-1 is the dense token
+    dense_top_ids: np.ndarray  # [n, k] by descending probability
+    dense_top_probs: np.ndarray  # [n, k]
+    compressed_top_ids: np.ndarray  # [n, k]
+    compressed_top_probs: np.ndarray  # [n, k]
+
+
+def top_k(logits: np.ndarray, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
+    """The k most probable ids per row [n, k] (descending probability, ties by lower id) and their softmax
+    probabilities; a partition first, so a 128k vocabulary is not sorted whole."""
+    return _top_k(log_softmax(logits), k)
+
+
+def _top_k(lp: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    k = min(k, lp.shape[-1])
+    part = np.argpartition(-lp, k - 1, axis=-1)[:, :k]
+    vals = np.take_along_axis(lp, part, axis=-1)
+    order = np.lexsort((part, -vals), axis=-1)
+    ids = np.take_along_axis(part, order, axis=-1)
+    return ids, np.exp(np.take_along_axis(lp, ids, axis=-1))
+
+
+def per_step(
+    dense_logits: np.ndarray, comp_logits: np.ndarray, targets: np.ndarray, k: int = TOP_K
+) -> StepMetrics:
+    """KL, top-1 agreement and both top-k per step; the same definitions as `teacher_forced`, unaveraged."""
+    _check_shapes(dense_logits, comp_logits, targets)
+    lp_d, lp_c = log_softmax(dense_logits), log_softmax(comp_logits)
+    dense_ids, dense_probs = _top_k(lp_d, k)
+    comp_ids, comp_probs = _top_k(lp_c, k)
+    return StepMetrics(
+        kl=_kl(lp_d, lp_c),
+        agreement=comp_logits.argmax(axis=-1) == np.asarray(targets),
+        dense_top_ids=dense_ids,
+        dense_top_probs=dense_probs,
+        compressed_top_ids=comp_ids,
+        compressed_top_probs=comp_probs,
+    )
+
+
+def kept_jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per layer |A ∩ B| / |A ∪ B| of two kept masks [L, H_kv, T]: the (kv-head, position) pairs each keeps.
+
+    1 where both keep nothing (two empty sets are the same set).
+    """
+    if a.shape != b.shape:
+        raise ValueError(f"kept masks differ in shape: {a.shape} and {b.shape}")
+    both = (a & b).sum(axis=(1, 2))
+    either = (a | b).sum(axis=(1, 2))
+    return np.where(either > 0, both / np.maximum(either, 1), 1.0)
 
 
 def first_divergence(dense_tokens: Sequence[int], comp_tokens: Sequence[int]) -> int | None:

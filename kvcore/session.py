@@ -126,6 +126,7 @@ class Regeneration:
     tokens: list[int]
     metrics: dict[str, Any]
     regenerate_ms: float
+    steps: metrics.StepMetrics | None = None  # per generated token: KL, agreement, both top-k
 
 
 class Session:
@@ -460,8 +461,8 @@ class Session:
         """Teacher-forced metrics on the dense continuation and a free-running greedy continuation.
 
         Under "paper" the first generated token comes from the dense prefill and cannot differ, so the summary
-        metrics cover tokens `first_compressed_step` … n − 1 (`compared_tokens` of them); `kl_per_step` has all n
-        steps (0 for the dense one).
+        metrics cover tokens `first_compressed_step` … n − 1 (`compared_tokens` of them); `kl_per_step` and
+        `steps` (KL, top-1 agreement and both caches' top-5 per token) have all n steps (KL 0 for the dense one).
         """
         self._check_thread()
         self._require_prefill()
@@ -473,7 +474,8 @@ class Session:
         skip = min(self.first_compressed_step(schedule), n)
         dense_logits = self._dense_logits[schedule][:n]
         m = metrics.teacher_forced(dense_logits[skip:], comp_logits[skip:], np.array(tokens[skip:]))
-        m["kl_per_step"] = [0.0] * skip + list(m.get("kl_per_step", []))
+        steps = metrics.per_step(dense_logits, comp_logits, np.array(tokens, dtype=np.int64))
+        m["kl_per_step"] = steps.kl.tolist()  # the dense first step of "paper" compares equal logits: KL 0
         branch = caches.copy_cache(state.cache)
         if schedule == "paper":
             free = tokens[:1] + self._greedy(branch, tokens[0], n - 1, should_cancel) if n else []
@@ -493,7 +495,7 @@ class Session:
             recompress_ms=state.recompress_ms,
             regenerate_ms=regenerate_ms,
         )
-        return Regeneration(free, m, regenerate_ms)
+        return Regeneration(free, m, regenerate_ms, steps)
 
     # -- conveniences ---------------------------------------------------------------------------------------
     def token_texts(self, ids: Sequence[int]) -> list[str]:

@@ -5,7 +5,16 @@ import math
 import numpy as np
 import pytest
 
-from kvcore.metrics import attention_mass_kept, first_divergence, log_softmax, rmse_per_head, teacher_forced
+from kvcore.metrics import (
+    attention_mass_kept,
+    first_divergence,
+    kept_jaccard,
+    log_softmax,
+    per_step,
+    rmse_per_head,
+    teacher_forced,
+    top_k,
+)
 
 
 def test_identical_logits_give_zero_kl_full_agreement():
@@ -57,3 +66,52 @@ def test_attention_mass_and_rmse():
     b = a.copy()
     b[1] += 2.0
     np.testing.assert_allclose(rmse_per_head(a, b), [0.0, 2.0])
+
+
+def test_top_k_is_the_softmax_top_k_by_brute_force():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(4, 50)).astype(np.float32)
+    logits[2, [3, 7, 11]] = 9.0  # a three-way tie at the top: lower ids first
+    ids, probs = top_k(logits, 5)
+    for row, (got_ids, got_p) in enumerate(zip(ids, probs, strict=True)):
+        x = logits[row].astype(np.float64)
+        p = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
+        expected = sorted(range(50), key=lambda i: (-p[i], i))[:5]
+        assert got_ids.tolist() == expected
+        np.testing.assert_allclose(got_p, p[expected], rtol=1e-12)
+    assert ids[2, :3].tolist() == [3, 7, 11]
+    assert top_k(logits[:, :3], 5)[0].shape == (4, 3)
+
+
+def test_per_step_equals_teacher_forced_one_step_at_a_time():
+    rng = np.random.default_rng(2)
+    dense, comp = rng.normal(size=(2, 6, 30))
+    targets = dense.argmax(-1)
+    comp[1] = dense[1]  # one step with equal distributions
+    steps = per_step(dense, comp, targets)
+    for i in range(6):
+        one = teacher_forced(dense[i : i + 1], comp[i : i + 1], targets[i : i + 1])
+        assert steps.kl[i] == pytest.approx(one["kl_mean"], rel=1e-12, abs=1e-15)
+        assert bool(steps.agreement[i]) == (one["agreement"] == 1.0)
+        np.testing.assert_array_equal(steps.dense_top_ids[i], top_k(dense[i : i + 1])[0][0])
+        np.testing.assert_array_equal(steps.compressed_top_ids[i], top_k(comp[i : i + 1])[0][0])
+    assert steps.kl[1] == 0.0 and steps.agreement[1]
+    assert steps.dense_top_probs.shape == (6, 5)
+    with pytest.raises(ValueError, match="shapes differ"):
+        per_step(dense, comp[:3], targets)
+
+
+def test_kept_jaccard_per_layer_against_sets():
+    rng = np.random.default_rng(3)
+    a, b = rng.random((2, 3, 2, 40)) < 0.4
+    b[2] = a[2]
+    a[1] = b[1] = False  # both keep nothing: the same (empty) set
+    got = kept_jaccard(a, b)
+    for layer in range(3):
+        sa = {(h, t) for h, t in zip(*np.nonzero(a[layer]), strict=True)}
+        sb = {(h, t) for h, t in zip(*np.nonzero(b[layer]), strict=True)}
+        expected = len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+        assert got[layer] == pytest.approx(expected)
+    assert got[2] == 1.0 and 0.0 < got[0] < 1.0
+    with pytest.raises(ValueError, match="shape"):
+        kept_jaccard(a, b[:, :, :3])

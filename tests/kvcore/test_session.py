@@ -9,6 +9,7 @@ import pytest
 from kvcore import caches
 from kvcore.capture import Cancelled
 from kvcore.session import CompressionConfig, Session
+from tests.reference_logits import compressed_logits, dense_logits
 
 PROMPT = (
     "def main(argv):\n    return sum(x * x for x in argv)\nThe quick brown fox jumps over the lazy dog. " * 3
@@ -164,3 +165,34 @@ def test_quantized_compress_equals_select_then_quantize(session):
                     assert mx.array_equal(x, y).item()
             for p, q in zip(got.retained_positions, want.retained_positions, strict=True):
                 np.testing.assert_array_equal(p, q)
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    x = np.exp(logits.astype(np.float64) - logits.max())
+    return x / x.sum()
+
+
+@pytest.mark.parametrize("schedule", ["paper", "mlx-lm"])
+def test_regenerate_per_step_metrics_equal_the_definition(session, schedule):
+    state = session.compress(
+        CompressionConfig("streaming_llm", 0.2, bits=2, group_size=32, schedule=schedule)
+    )
+    regen = session.regenerate(state)
+    steps, tokens = regen.steps, session.dense_tokens
+    dense = dense_logits(session.model, session.prompt_ids, tokens)
+    comp = compressed_logits(session.model, state.cache, session.prompt_ids, tokens, schedule, dense)
+    for i, token in enumerate(tokens):
+        p, q = _softmax(dense[i]), _softmax(comp[i])
+        assert steps.kl[i] == pytest.approx(float((p * np.log(p / q)).sum()), rel=1e-4, abs=1e-5)
+        assert bool(steps.agreement[i]) == (int(comp[i].argmax()) == token)
+        for ids, probs, ref in (
+            (steps.dense_top_ids, steps.dense_top_probs, p),
+            (steps.compressed_top_ids, steps.compressed_top_probs, q),
+        ):
+            order = np.argsort(-ref, kind="stable")[:5]
+            np.testing.assert_allclose(probs[i], ref[order], rtol=1e-4, atol=1e-6)
+            assert ids[i].tolist() == order.tolist()
+    skip = regen.metrics["first_compressed_step"]
+    assert regen.metrics["kl_per_step"] == steps.kl.tolist()
+    assert regen.metrics["agreement"] == pytest.approx(steps.agreement[skip:].mean())
+    assert steps.kl[skip:].max() > 0, "2-bit streaming_llm at 20 % should change some distribution"
