@@ -30,8 +30,8 @@ STATS_COLUMNS: tuple[str, ...] = (
     "value_rmse",
 )
 
-#: The configuration columns of STATS_COLUMNS that name a setting (what a pin records).
-CONFIG_COLUMNS: tuple[str, ...] = STATS_COLUMNS[:4]
+#: The columns of STATS_COLUMNS that name the setting (all before "layer"): what a pin records.
+CONFIG_COLUMNS: tuple[str, ...] = STATS_COLUMNS[: STATS_COLUMNS.index("layer")]
 #: Appended to every row while a configuration is pinned (B): which one, and per layer the Jaccard index
 #: |A ∩ B| / |A ∪ B| of the (kv-head, prompt position) sets kept now (A) and by the pin (B).
 PINNED_COLUMNS: tuple[str, ...] = (*(f"pinned_{c}" for c in CONFIG_COLUMNS), "jaccard_vs_pinned")

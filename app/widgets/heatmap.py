@@ -111,8 +111,8 @@ def diff_classes(current: np.ndarray, pinned: np.ndarray) -> np.ndarray:
 
 
 def diff_counts(current: np.ndarray, pinned: np.ndarray) -> np.ndarray:
-    """(rows, 4) cells of each DIFF_CLASSES class per row, over the pinned mask's columns (prompt positions)."""
-    cls = diff_classes(np.ascontiguousarray(current[:, : pinned.shape[1]]), pinned)
+    """(rows, 4) cells of each DIFF_CLASSES class per row of two (rows, T) kept masks."""
+    cls = diff_classes(np.ascontiguousarray(current), np.ascontiguousarray(pinned))
     return np.stack([(cls == k).sum(axis=1) for k in range(len(DIFF_CLASSES))], axis=1)
 
 
@@ -280,8 +280,9 @@ class RetentionHeatmap(QWidget):
         self._refresh()
 
     def set_pinned(self, kept: np.ndarray | None, label: str = "") -> None:
-        """Pin kept mask B, [rows, T] over the compressible prompt positions (None: unpin). The Diff view
-        compares every later set_data against it; columns right of T are stored by both."""
+        """Pin kept mask B, [rows, T_B] over its compressible prompt positions (None: unpin). The Diff view
+        compares every later set_data against it; columns right of T_B are stored by B (its always-stored
+        tail), so a pin taken under another schedule compares position by position."""
         self._pinned = None if kept is None else np.ascontiguousarray(kept, dtype=bool)
         self._pinned_label = label if kept is not None else ""
         self._update_view_availability()
@@ -292,11 +293,11 @@ class RetentionHeatmap(QWidget):
         return None if self._pinned is None else self._pinned.copy()
 
     def diff_counts(self) -> np.ndarray:
-        """(rows, 4) per (layer, kv-head) row, over the prompt positions: cells in each DIFF_CLASSES class
-        (neither, only pinned, only current, both); empty when nothing is pinned or shapes differ."""
+        """(rows, 4) per (layer, kv-head) row, over the positions either configuration could evict: cells in
+        each DIFF_CLASSES class (neither, only pinned, only current, both); empty when nothing is pinned."""
         if not self._diff_possible():
             return np.zeros((0, len(DIFF_CLASSES)), dtype=np.int64)
-        return diff_counts(self._kept, self._pinned)
+        return self._row_counts(slice(0, self._kept.shape[0]))
 
     def clear(self) -> None:
         """Show nothing (e.g. after loading another model)."""
@@ -341,6 +342,8 @@ class RetentionHeatmap(QWidget):
                 + ("the last prompt token and " if held else "")
                 + "the generated tokens, always kept"
             )
+        if self.view() == VIEW_DIFF and self._diff_possible():
+            self.legendLabel.setText(self._diff_legend())  # its totals run up to the boundary
 
     def image_rgba(self) -> np.ndarray:
         """A copy of the RGBA image currently displayed, shape (rows shown, T, 4)."""
@@ -370,13 +373,13 @@ class RetentionHeatmap(QWidget):
         export_item(self.graphics.ci, path)
 
     def _diff_info(self, row: int, position: int) -> str:
-        """The cell's class and the row's class counts over the prompt positions."""
-        pinned = self._pinned
-        counts = diff_counts(self._kept[row : row + 1], pinned[row : row + 1])[0]
+        """The cell's class and the row's class counts over the positions either could evict."""
+        counts = self._row_counts(slice(row, row + 1))[0]
         row_text = "row: " + ", ".join(f"{name} {counts[k]}" for k, name in _LEGEND_ORDER)
-        if position >= pinned.shape[1]:
+        if position >= self._diff_width():
             return f"both (always stored) · {row_text}"
-        cls = (int(self._kept[row, position]) << 1) | int(pinned[row, position])
+        pinned = self._pinned_columns(slice(row, row + 1))[0, position]
+        cls = (int(self._kept[row, position]) << 1) | int(pinned)
         return f"{DIFF_CLASSES[cls]} · {row_text}"
 
     # -- internals --------------------------------------------------------------------------------
@@ -455,9 +458,18 @@ class RetentionHeatmap(QWidget):
         shown[:, : self._pinned.shape[1]] = self._pinned[rows]
         return shown
 
+    def _diff_width(self) -> int:
+        """Columns either configuration could evict: its own compressible prompt positions, whichever is longer
+        (the schedules differ by the last prompt token)."""
+        return min(self._kept.shape[1], max(self._pinned.shape[1], self.boundary_column or 0))
+
+    def _row_counts(self, rows: slice) -> np.ndarray:
+        width = self._diff_width()
+        return diff_counts(self._kept[rows, :width], self._pinned_columns(rows)[:, :width])
+
     def _diff_legend(self) -> str:
-        """Colour key with the totals over every (layer, kv-head, prompt position)."""
-        totals = diff_counts(self._kept, self._pinned).sum(axis=0)
+        """Colour key with the totals over every (layer, kv-head) and position either could evict."""
+        totals = self._row_counts(slice(0, self._kept.shape[0])).sum(axis=0)
         keys = " &nbsp;".join(
             f'<span style="color: rgb{_swatch(DIFF_RGBA[k])}">■</span> {name} {totals[k]:,}'
             for k, name in _LEGEND_ORDER

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from kvcore.atomic import write_text
-from kvcore.export import STATS_COLUMNS, csv_text, neutralise, write_csv, write_json
+from kvcore.export import STATS_COLUMNS, csv_text, neutralise, stats_columns, write_csv, write_json
 
 
 def _row(**kw):
@@ -83,3 +83,11 @@ def test_json_written_and_nan_refused(tmp_path):
     with pytest.raises(ValueError):
         write_json(tmp_path / "b.json", {"x": float("nan")})
     assert not (tmp_path / "b.json").exists()
+
+
+def test_pinned_columns_name_the_whole_setting_and_come_last():
+    assert stats_columns(pinned=False) == STATS_COLUMNS
+    pinned = stats_columns(pinned=True)
+    assert pinned[: len(STATS_COLUMNS)] == STATS_COLUMNS and pinned[-1] == "jaccard_vs_pinned"
+    setting = {"method", "schedule", "retention_ratio", "bits", "group_size"}
+    assert {c.removeprefix("pinned_") for c in pinned[len(STATS_COLUMNS) : -1]} == setting

@@ -246,3 +246,16 @@ def test_a_pin_of_another_shape_is_not_diffed(heatmap):
     heatmap.set_pinned(np.ones((3, 4), dtype=bool), "other model")
     assert heatmap.diff_counts().shape == (0, 4)
     assert not heatmap.viewCombo.model().item(VIEWS.index(VIEW_DIFF)).isEnabled()
+
+
+def test_diff_covers_the_longer_compressible_range_of_the_two(heatmap):
+    kept, pinned = _data()[0], _pinned_mask()  # pinned covers T - 2 positions, the current one T - 1
+    heatmap.set_pinned(pinned, "B")
+    heatmap.set_view(VIEW_DIFF)
+    heatmap.set_boundary(T - 1)
+    wide = np.concatenate([pinned, np.ones((LAYERS * HEADS, 1), bool)], axis=1)  # B stored position T - 2
+    counts = heatmap.diff_counts()
+    for row in range(LAYERS * HEADS):
+        a, b = kept[row, : T - 1], wide[row]
+        assert counts[row].tolist() == [(~a & ~b).sum(), (~a & b).sum(), (a & ~b).sum(), (a & b).sum()]
+    assert f"both {int((kept[:, : T - 1] & wide).sum()):,}" in heatmap.legendLabel.text()
