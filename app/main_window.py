@@ -17,6 +17,8 @@ from PySide6.QtWidgets import QApplication, QDockWidget, QFileDialog, QMainWindo
 from app import jobs
 from app.arrow_keys import ArrowKeyGuard
 from app.engine_thread import EngineThread, JobFailure, JobResult
+from app.pinning import PinController
+from app.plot_exports import ask_image_path, export_plot
 from app.settings import Settings
 from app.view_model import CompressionView, LoadedModel, SequenceView
 from app.widgets.comparison import ComparisonView, MetricsPanel
@@ -81,6 +83,7 @@ class MainWindow(QMainWindow):
 
         self._build_ui()
         self.actions_ = build_menus(self)
+        self.pinning = PinController(self)
         self._guard = ArrowKeyGuard(self)
         self._guard.protect(self)
         settings_warning = self._restore_settings() or settings_warning
@@ -136,6 +139,7 @@ class MainWindow(QMainWindow):
         self.heatmap.hoverInfo.connect(self.status.show_hover)
         self.exportCsvButton.clicked.connect(self.export_csv_dialog)
         self.statsPane.exportImageButton.clicked.connect(self.export_image_dialog)
+        self.comparison.strip.exportButton.clicked.connect(self.export_strip_dialog)
 
     def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self, objectName=f"{widget.objectName() or title}Dock")
@@ -210,7 +214,7 @@ class MainWindow(QMainWindow):
             self._error("Nothing to export", "Prefill a prompt first: the statistics table is empty.")
             return False
         try:
-            export.write_csv(path, rows)
+            export.write_csv(path, rows, self.statsTable.columns())
         except OSError as exc:
             self._error("Export failed", f"Could not write {path}: {exc.strerror or exc}")
             return False
@@ -219,16 +223,12 @@ class MainWindow(QMainWindow):
 
     def export_image(self, path: str | Path) -> bool:
         """Write the heatmap as PNG or SVG (by suffix)."""
-        if self.heatmap.image_rgba().size == 0:
-            self._error("Nothing to export", "Prefill a prompt first: the heatmap is empty.")
-            return False
-        try:
-            self.heatmap.export_image(path)
-        except (OSError, ValueError) as exc:
-            self._error("Export failed", f"Could not write {path}: {getattr(exc, 'strerror', None) or exc}")
-            return False
-        self.status.show(f"Exported the heatmap to {path}")
-        return True
+        return export_plot(self, self.heatmap, path, "heatmap", empty=self.heatmap.image_rgba().size == 0)
+
+    def export_strip_image(self, path: str | Path) -> bool:
+        """Write the per-token strip as PNG or SVG (by suffix)."""
+        strip = self.comparison.strip
+        return export_plot(self, strip, path, "per-token strip", empty=not strip.has_data())
 
     def export_csv_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export statistics", "kvlens_stats.csv", "CSV (*.csv)")
@@ -236,13 +236,14 @@ class MainWindow(QMainWindow):
             self.export_csv(path)
 
     def export_image_dialog(self) -> None:
-        path, chosen = QFileDialog.getSaveFileName(
-            self, "Export heatmap", "kvlens_heatmap.png", "PNG image (*.png);;SVG image (*.svg)"
-        )
+        path = ask_image_path(self, "heatmap", "kvlens_heatmap")
         if path:
-            if not Path(path).suffix:
-                path += ".svg" if "svg" in chosen.lower() else ".png"
             self.export_image(path)
+
+    def export_strip_dialog(self) -> None:
+        path = ask_image_path(self, "per-token strip", "kvlens_per_token")
+        if path:
+            self.export_strip_image(path)
 
     def open_model_dialog(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Open a model folder")
@@ -272,14 +273,16 @@ class MainWindow(QMainWindow):
         self.actions_.rebuild_recent(self.settings.recent_models)
         self.sessionPanel.set_model_loaded(info.name)
         self.controls.set_head_dim(info.head_dim)
+        cleared = self.pinning.clear("another model was loaded")
         self.heatmap.clear()
         self.comparison.set_texts([], [], None)
+        self.comparison.set_steps(None)
         self.metricsPanel.set_metrics({})
         self.statsTable.set_rows([])
         self.status.show(
             f"Loaded {info.name}: {info.n_layers} layers, {info.n_q_heads} query / {info.n_kv_heads} kv-heads "
             f"of {info.head_dim}, context {info.max_context or '?'}. Type or pick a prompt and Prefill "
-            f"({native_shortcut('Ctrl+Return')})."
+            f"({native_shortcut('Ctrl+Return')}). {cleared}".strip()
         )
 
     def _refresh_model_list(self, selected: str) -> None:
@@ -294,7 +297,10 @@ class MainWindow(QMainWindow):
         if kind == "prefill":
             self._prefill_requested = True
             self.status.set_timing("prefill", seq.prefill_ms)
-            self.status.show(f"Prefilled {seq.prompt_len} tokens; the dense continuation is the reference.")
+            cleared = self.pinning.clear("a new prefill has other positions")
+            self.status.show(
+                f"Prefilled {seq.prompt_len} tokens; the dense continuation is the reference. {cleared}".strip()
+            )
 
     def _show_compression(self, view: CompressionView) -> None:
         self.heatmap.set_data(
@@ -308,11 +314,12 @@ class MainWindow(QMainWindow):
         )
         self.heatmap.set_boundary(view.n_prompt_positions, view.sequence.prompt_len)
         fit_columns = not self.statsTable.rows()
-        self.statsTable.set_rows(view.stats_rows)
+        self.statsTable.set_rows(*self.pinning.on_compression(view))
         if fit_columns:
             self.statsTable.resizeColumnsToContents()
         self.metricsPanel.set_metrics(view.metrics)
         self.comparison.set_texts(view.dense_texts, view.compressed_texts or [], view.first_divergence)
+        self.comparison.set_steps(view.token_steps)
         self.status.set_timing("recompress", view.metrics.get("recompress_ms"))
         self.status.set_timing("regenerate", view.metrics.get("regenerate_ms"))
         if view.not_compressible:
@@ -414,6 +421,8 @@ class MainWindow(QMainWindow):
         if self._shut_down:
             return
         self._shut_down = True
+        if self._message_box is not None:  # a window-modal box outliving its window blocks every other one
+            self._message_box.close()
         warning = self.save_settings()
         if warning:
             self.status.warn(warning)

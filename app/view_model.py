@@ -47,6 +47,7 @@ class TokenSteps:
     compressed_top_probs: np.ndarray  # [n, k]
     compressed_top_texts: list[list[str]]
     first_divergence: int | None  # of the free-running compressed continuation
+    first_compared: int = 0  # tokens before it come from the dense prefill ("paper") and cannot differ
 
 
 @dataclass
@@ -72,6 +73,7 @@ class CompressionView:
     first_divergence: int | None
     not_compressible: list[int] = field(default_factory=list)
     request_id: int = 0
+    token_steps: TokenSteps | None = None  # per generated token; None when not regenerated
 
 
 def rows_of(per_layer: np.ndarray) -> np.ndarray:
@@ -101,6 +103,33 @@ def _scores(state: CompressedState, n_heads: int) -> np.ndarray | None:
         if layer is not None:
             out[i] = layer.scores
     return out
+
+
+def _texts(session: Session, ids: np.ndarray) -> list[list[str]]:
+    flat = session.token_texts(ids.ravel().tolist())
+    k = ids.shape[1] if ids.ndim == 2 else 0
+    return [flat[i * k : (i + 1) * k] for i in range(ids.shape[0])]
+
+
+def token_steps(session: Session, regen: Regeneration) -> TokenSteps | None:
+    """The per-token strip's data: regenerate's per-step metrics with every id turned into its text."""
+    steps = regen.steps
+    if steps is None:
+        return None
+    n = len(steps.kl)
+    return TokenSteps(
+        tokens=session.token_texts(session.dense_tokens[:n]),
+        kl=np.asarray(steps.kl, dtype=np.float64),
+        agreement=np.asarray(steps.agreement, dtype=bool),
+        dense_top_ids=np.asarray(steps.dense_top_ids),
+        dense_top_probs=np.asarray(steps.dense_top_probs, dtype=np.float64),
+        dense_top_texts=_texts(session, np.asarray(steps.dense_top_ids)),
+        compressed_top_ids=np.asarray(steps.compressed_top_ids),
+        compressed_top_probs=np.asarray(steps.compressed_top_probs, dtype=np.float64),
+        compressed_top_texts=_texts(session, np.asarray(steps.compressed_top_ids)),
+        first_divergence=regen.metrics.get("first_divergence"),
+        first_compared=int(regen.metrics.get("first_compressed_step", 0)),
+    )
 
 
 def compression_view(session: Session, state: CompressedState, regen: Regeneration | None) -> CompressionView:
@@ -141,4 +170,5 @@ def compression_view(session: Session, state: CompressedState, regen: Regenerati
         compressed_texts=None if regen is None else session.token_texts(regen.tokens),
         first_divergence=None if regen is None else regen.metrics.get("first_divergence"),
         not_compressible=not_compressible,
+        token_steps=None if regen is None else token_steps(session, regen),
     )

@@ -24,6 +24,8 @@ from app.widgets.token_axis import TokenAxis, token_label
 KL_BRUSH = (86, 180, 233)
 AGREE_BRUSH = (0, 158, 115)
 DISAGREE_BRUSH = (213, 94, 0)
+DENSE_BRUSH = (120, 120, 130)  # tokens taken from the dense prefill ("paper"): nothing to compare
+CELL_BRUSHES = {"same": AGREE_BRUSH, "other": DISAGREE_BRUSH, "dense": DENSE_BRUSH}
 DIVERGENCE_PEN = pg.mkPen((255, 120, 90), width=2, style=Qt.PenStyle.DashLine)
 HOVER_BRUSH = (0, 200, 255, 60)
 _AXIS_WIDTH = 48  # both left axes the same width, so the two rows' columns line up
@@ -32,6 +34,29 @@ _HINT = "Hover a token in the strip for the dense and compressed top-5."
 
 def _percent(p: float) -> str:
     return f"{100 * p:.1f} %"
+
+
+def _cells(steps: TokenSteps) -> list[str]:
+    """Per token: 'dense' before the first compared token, else 'same' or 'other' top-1."""
+    return [
+        "dense" if i < steps.first_compared else ("same" if agree else "other")
+        for i, agree in enumerate(np.asarray(steps.agreement, dtype=bool))
+    ]
+
+
+def _legend(with_dense: bool) -> str:
+    def key(rgb: tuple[int, int, int], text: str) -> str:
+        return f'<span style="color: rgb{rgb}">■</span> {text}'
+
+    keys = [
+        key(KL_BRUSH, "KL(dense ‖ compressed)"),
+        key(AGREE_BRUSH, "same top-1"),
+        key(DISAGREE_BRUSH, "other"),
+    ]
+    if with_dense:
+        keys.append(key(DENSE_BRUSH, "from the dense prefill"))
+    keys.append('<span style="color: rgb(255, 120, 90)">┆</span> first divergence')
+    return " &nbsp;".join(keys)
 
 
 class TokenStrip(QWidget):
@@ -44,6 +69,7 @@ class TokenStrip(QWidget):
         self.setObjectName("tokenStrip")
         self._steps: TokenSteps | None = None
         self._hovered = -1
+        self._cells: list[str] = []
         self._build_ui()
 
     def _build_ui(self) -> None:
@@ -87,13 +113,7 @@ class TokenStrip(QWidget):
             self.divergenceLines[0], "first divergence", position=0.9, color=(255, 120, 90)
         )
 
-        self.legendLabel = QLabel(
-            f'<span style="color: rgb{KL_BRUSH}">■</span> KL(dense ‖ compressed) &nbsp;'
-            f'<span style="color: rgb{AGREE_BRUSH}">■</span> same top-1 &nbsp;'
-            f'<span style="color: rgb{DISAGREE_BRUSH}">■</span> other top-1 &nbsp;'
-            f'<span style="color: rgb(255, 120, 90)">┆</span> first divergence',
-            objectName="tokenStripLegend",
-        )
+        self.legendLabel = QLabel(_legend(False), objectName="tokenStripLegend")
         self.exportButton = QPushButton("Export plot…", objectName="tokenStripExportButton")
         self.exportButton.setToolTip("Save the per-token strip as PNG or SVG")
         self.top5Label = QLabel(_HINT, objectName="tokenStripTop5")
@@ -127,15 +147,16 @@ class TokenStrip(QWidget):
         n = 0 if steps is None else len(steps.tokens)
         x0 = np.arange(n, dtype=float)
         kl = np.zeros(0) if steps is None else np.asarray(steps.kl, dtype=float)
-        agree = np.zeros(0, bool) if steps is None else np.asarray(steps.agreement, dtype=bool)
+        self._cells = [] if steps is None else _cells(steps)
         self.klBars.setOpts(x0=x0 + 0.1, x1=x0 + 0.9, height=kl)
         self.agreeBars.setOpts(
             x0=x0 + 0.05,
             x1=x0 + 0.95,
             y0=np.full(n, 0.1),
             height=np.full(n, 0.8),
-            brushes=[pg.mkBrush(AGREE_BRUSH if a else DISAGREE_BRUSH) for a in agree],
+            brushes=[pg.mkBrush(CELL_BRUSHES[c]) for c in self._cells],
         )
+        self.legendLabel.setText(_legend("dense" in self._cells))
         self._axis.tokens = [] if steps is None else list(steps.tokens)
         div = None if steps is None else steps.first_divergence
         for line in self.divergenceLines:
@@ -157,11 +178,10 @@ class TokenStrip(QWidget):
         """The bar heights drawn, one per generated token."""
         return np.asarray(self.klBars.opts["height"], dtype=float)
 
-    def plotted_agreement(self) -> np.ndarray:
-        """True where the agreement cell is drawn in the 'same top-1' colour."""
-        brushes = self.agreeBars.opts["brushes"] or []
-        agree = pg.mkBrush(AGREE_BRUSH).color()
-        return np.array([b.color() == agree for b in brushes], dtype=bool)
+    def plotted_cells(self) -> list[str]:
+        """What each agreement cell is drawn as, read back from its colour: 'same', 'other' or 'dense'."""
+        by_colour = {pg.mkBrush(rgb).color().rgb(): name for name, rgb in CELL_BRUSHES.items()}
+        return [by_colour[b.color().rgb()] for b in self.agreeBars.opts["brushes"] or []]
 
     def divergence_marker(self) -> int | None:
         """The generated-token index the first-divergence marker sits on, or None when hidden."""
@@ -184,8 +204,15 @@ class TokenStrip(QWidget):
         ]  # fmt: skip
 
     def export_image(self, path: str | os.PathLike[str]) -> None:
-        """Write both rows with their axes to PNG or SVG (by suffix), atomically."""
-        export_item(self.graphics.ci, path)
+        """Write both rows with their axes to PNG or SVG (by suffix), atomically; the hover band is left out."""
+        shown = [region.isVisible() for region in self.hoverRegions]
+        for region in self.hoverRegions:
+            region.setVisible(False)
+        try:
+            export_item(self.graphics.ci, path)
+        finally:
+            for region, visible in zip(self.hoverRegions, shown, strict=True):
+                region.setVisible(visible)
 
     def has_data(self) -> bool:
         return self._steps is not None and len(self._steps.tokens) > 0
@@ -216,10 +243,10 @@ class TokenStrip(QWidget):
 
     def _top5_html(self, index: int) -> str:
         s = self._steps
-        kl, agree = float(s.kl[index]), bool(s.agreement[index])
+        cell = {"same": "same top-1", "other": "other top-1", "dense": "from the dense prefill"}
         head = (
-            f"<b>token {index}</b> {html.escape(token_label(s.tokens[index], 24))} · KL {kl:.4g} · "
-            f"{'same' if agree else 'other'} top-1"
+            f"<b>token {index}</b> {html.escape(token_label(s.tokens[index], 24))} · "
+            f"KL {float(s.kl[index]):.4g} · {cell[self._cells[index]]}"
         )
         rows = "".join(
             f"<tr><td>{html.escape(token_label(dt, 16))}</td><td align=right>{_percent(dp)}</td>"

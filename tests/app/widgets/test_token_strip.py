@@ -17,7 +17,7 @@ DENSE = ["def", " f", "(x", "):", "\n", "  return"]
 COMPRESSED = ["def", " f", "(y", "):", "\n"]
 
 
-def _steps(divergence: int | None = 2) -> TokenSteps:
+def _steps(divergence: int | None = 2, first_compared: int = 0) -> TokenSteps:
     rng = np.random.default_rng(0)
     probs = np.sort(rng.dirichlet(np.ones(12), size=(2, N))[..., :K], axis=-1)[..., ::-1]
     ids = rng.integers(0, 100, size=(2, N, K))
@@ -32,6 +32,7 @@ def _steps(divergence: int | None = 2) -> TokenSteps:
         compressed_top_probs=probs[1],
         compressed_top_texts=[[f"c{i}<{k}>" for k in range(K)] for i in range(N)],
         first_divergence=divergence,
+        first_compared=first_compared,
     )
 
 
@@ -49,9 +50,9 @@ def view(qtbot):
 
 
 def _hover(qtbot, strip, column: int) -> None:
+    qtbot.wait(50)  # pyqtgraph drops mouse moves that follow each other too closely; layouts settle
     plot = strip.agreePlot
     point = strip.graphics.mapFromScene(plot.vb.mapViewToScene(QPointF(column + 0.5, 0.5)))
-    qtbot.wait(50)  # pyqtgraph drops mouse moves that follow each other too closely
     QTest.mouseMove(strip.graphics.viewport(), point)
     qtbot.waitUntil(lambda: strip.hovered() == column, timeout=2000)
 
@@ -59,11 +60,12 @@ def _hover(qtbot, strip, column: int) -> None:
 def test_values_and_divergence_marker_are_drawn(view):
     strip, steps = view.strip, _steps()
     np.testing.assert_allclose(strip.plotted_kl(), steps.kl)
-    np.testing.assert_array_equal(strip.plotted_agreement(), steps.agreement)
+    assert strip.plotted_cells() == ["same" if a else "other" for a in steps.agreement]
     assert strip.divergence_marker() == 2
     assert all(line.isVisible() and line.value() == 2.5 for line in strip.divergenceLines)
-    view.set_steps(_steps(divergence=None))
+    view.set_steps(_steps(divergence=None, first_compared=1))
     assert strip.divergence_marker() is None
+    assert strip.plotted_cells()[:2] == ["dense", "same"] and "dense prefill" in strip.legendLabel.text()
     view.set_steps(None)
     assert strip.plotted_kl().size == 0 and not strip.has_data()
 

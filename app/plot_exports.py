@@ -1,0 +1,46 @@
+"""Save any plot of the window as PNG or SVG: one save dialog and one message path for all of them.
+
+A plot is anything with `export_image(path)` (PNG or SVG by suffix, atomic); failures become a message in the
+window, never an exception, and nothing is written for an empty plot.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from PySide6.QtWidgets import QFileDialog
+
+if TYPE_CHECKING:
+    from app.main_window import MainWindow
+
+
+class Exportable(Protocol):
+    def export_image(self, path: str | os.PathLike[str]) -> None: ...
+
+
+def export_plot(window: MainWindow, plot: Exportable, path: str | Path, what: str, empty: bool) -> bool:
+    """Write `plot` to `path`; a message naming `what` instead of an exception when that fails."""
+    if empty:
+        window._error("Nothing to export", f"Prefill a prompt first: the {what} is empty.")
+        return False
+    try:
+        plot.export_image(path)
+    except (OSError, ValueError) as exc:
+        window._error("Export failed", f"Could not write {path}: {getattr(exc, 'strerror', None) or exc}")
+        return False
+    window.status.show(f"Exported the {what} to {path}")
+    return True
+
+
+def ask_image_path(window: MainWindow, what: str, default_stem: str) -> str | None:
+    """A save dialog for PNG or SVG; the chosen filter's suffix is added when the name has none."""
+    path, chosen = QFileDialog.getSaveFileName(
+        window, f"Export {what}", f"{default_stem}.png", "PNG image (*.png);;SVG image (*.svg)"
+    )
+    if not path:
+        return None
+    if not Path(path).suffix:
+        path += ".svg" if "svg" in chosen.lower() else ".png"
+    return path
