@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvcore.atomic import write_text as atomic_write_text
-from kvcore.defaults import DEFAULT_SCHEDULE, SCHEDULES
+from kvcore.defaults import ALLOWED_BITS, ALLOWED_GROUP_SIZES, DEFAULT_SCHEDULE, SCHEDULES, UNQUANTIZED_BITS
 
 APP_NAME = "KV Lens"
 MAX_RECENT = 10
@@ -23,18 +25,30 @@ def default_path() -> Path:
     return Path(user_config_dir(APP_NAME, appauthor=False)) / _FILE_NAME
 
 
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _is_bits(v: Any) -> bool:
-    return v is None or (isinstance(v, int) and not isinstance(v, bool))
+    return v is None or (_is_int(v) and (v in ALLOWED_BITS or v == UNQUANTIZED_BITS))
 
 
+def _is_ratio(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and 0.0 < v <= 1.0
+
+
+#: Every field's type and range; a field that fails gets its default and the user one warning.
 _CHECKS = {
-    "geometry": lambda v: isinstance(v, str),
-    "recent_models": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "geometry": lambda v: isinstance(v, str) and len(v) <= 65536 and _BASE64.fullmatch(v) is not None,
+    "recent_models": lambda v: isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v),
     "last_prompt": lambda v: isinstance(v, str),
     "last_method": lambda v: isinstance(v, str) and bool(v),
-    "last_ratio": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 < v <= 1.0,
+    "last_ratio": _is_ratio,
     "last_bits": _is_bits,
-    "last_group_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+    "last_group_size": lambda v: _is_int(v) and v in ALLOWED_GROUP_SIZES,
     "last_schedule": lambda v: v in SCHEDULES,
 }
 

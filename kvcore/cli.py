@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kvcore.defaults import (
     ALLOWED_BITS,
@@ -45,9 +46,16 @@ class UsageError(ValueError):
     """Bad input from the command line."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad arguments as one line (the README's promise), with the fix where it can."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"kvlens: error: {message} (see '{self.prog} --help')\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvlens", description="KV Lens headless engine.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="kvlens", description="KV Lens headless engine.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in ("compress", "sweep"):
         s = sub.add_parser(name)
         s.add_argument(
@@ -107,8 +115,16 @@ def _read_prompt(path: Path) -> str:
 
 
 def _check_output(path: Path | None) -> None:
-    if path is not None and not path.parent.resolve().is_dir():
+    """Refuse an output path before any work is done: a folder, a missing parent, an unwritable folder."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder; give a file name such as {path / 'out.csv'}")
+    parent = path.parent.resolve()
+    if not parent.is_dir():
         raise UsageError(f"cannot write {path}: folder {path.parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"cannot write {path}: folder {path.parent} is not writable; choose another folder")
 
 
 def _config(args: argparse.Namespace, method: str, ratio: float, bits: int) -> Any:

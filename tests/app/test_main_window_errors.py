@@ -132,3 +132,27 @@ def test_shortcuts_leave_the_prompt_editor_its_arrow_keys(prefilled):
     QTest.keyClick(edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     assert "Type a prompt" in (prefilled.last_error or "")
     edit.setPlainText(PROMPT)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("geometry", "é"),
+        ("geometry", "not base64!"),
+        ("last_bits", 7),
+        ("last_group_size", 48),
+        ("last_ratio", float("inf")),
+        ("last_schedule", "later"),
+        ("recent_models", ["", 3]),
+    ],
+)
+def test_a_bad_settings_field_never_stops_the_window(qapp, tmp_path, field, value):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({field: value, "last_prompt": PROMPT}), encoding="utf-8")
+    window = _open(None, path)
+    try:
+        assert field in (window.status.last_warning or "")
+        assert window.sessionPanel.promptEdit.toPlainText() == PROMPT
+        assert getattr(window.settings, field) == getattr(Settings(), field)
+    finally:
+        _close(window)

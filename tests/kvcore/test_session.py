@@ -167,6 +167,29 @@ def test_quantized_compress_equals_select_then_quantize(session):
                 np.testing.assert_array_equal(p, q)
 
 
+def test_cancel_at_every_stage_of_prefill_keeps_the_previous_session(model_dirs):
+    """Cancel on the k-th check (prefill chunks, then each dense-continuation token): nothing changes."""
+    s = Session.load(str(model_dirs["llama"]))
+    s.prefill(PROMPT, n_tokens=5)
+    config = CompressionConfig("snapkv", 0.5)
+    before = (list(s.prompt_ids), list(s.dense_tokens), s.regenerate(s.compress(config)).metrics)
+    checks = []
+    s.prefill("x = 1\n" * 40, n_tokens=5, should_cancel=lambda: checks.append(1) and False)
+    s.prefill(PROMPT, n_tokens=5)
+    assert len(checks) > 3  # one per prefill chunk and one per generated token
+    for k in range(1, len(checks) + 1):
+        seen = []
+        with pytest.raises(Cancelled):
+            s.prefill(
+                "x = 1\n" * 40,
+                n_tokens=5,
+                should_cancel=lambda seen=seen, k=k: len(seen) == k - 1 or bool(seen.append(1)),
+            )
+        after = (list(s.prompt_ids), list(s.dense_tokens), s.regenerate(s.compress(config)).metrics)
+        assert after[:2] == before[:2], f"cancel at check {k} changed the session"
+        assert after[2]["kl_mean"] == before[2]["kl_mean"] and after[2]["agreement"] == before[2]["agreement"]
+
+
 def _softmax(logits: np.ndarray) -> np.ndarray:
     x = np.exp(logits.astype(np.float64) - logits.max())
     return x / x.sum()
