@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtWidgets import QFileDialog
 
+from app.widgets.plot_export import IMAGE_FILTER, with_image_suffix
+
 if TYPE_CHECKING:
     from app.main_window import MainWindow
 
@@ -36,11 +38,5 @@ def export_plot(window: MainWindow, plot: Exportable, path: str | Path, what: st
 
 def ask_image_path(window: MainWindow, what: str, default_stem: str) -> str | None:
     """A save dialog for PNG or SVG; the chosen filter's suffix is added when the name has none."""
-    path, chosen = QFileDialog.getSaveFileName(
-        window, f"Export {what}", f"{default_stem}.png", "PNG image (*.png);;SVG image (*.svg)"
-    )
-    if not path:
-        return None
-    if not Path(path).suffix:
-        path += ".svg" if "svg" in chosen.lower() else ".png"
-    return path
+    path, chosen = QFileDialog.getSaveFileName(window, f"Export {what}", f"{default_stem}.png", IMAGE_FILTER)
+    return with_image_suffix(path, chosen) if path else None

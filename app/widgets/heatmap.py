@@ -17,7 +17,7 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QCursor, QFontMetrics
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolTip, QVBoxLayout, QWidget
 
-from app.widgets.plot_export import export_item
+from app.widgets.plot_export import export_graphics
 from app.widgets.token_axis import TokenAxis, token_label
 
 VIEW_KEPT = "Kept"
@@ -370,7 +370,7 @@ class RetentionHeatmap(QWidget):
 
     def export_image(self, path: str | os.PathLike[str]) -> None:
         """Write the heatmap with its axes and colour bar to PNG or SVG (by suffix), atomically."""
-        export_item(self.graphics.ci, path)
+        export_graphics(self.graphics.ci, path)
 
     def _diff_info(self, row: int, position: int) -> str:
         """The cell's class and the row's class counts over the positions either could evict."""

@@ -1,4 +1,4 @@
-"""PNG / SVG export of a pyqtgraph scene item, shared by every plot in the window (one code path, one fix)."""
+"""PNG and SVG export of a pyqtgraph layout, shared by every plot (heatmap, frontier)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyqtgraph as pg
 from pyqtgraph.exporters import ImageExporter, SVGExporter
 
 from kvcore.atomic import atomic_path
 
 IMAGE_SUFFIXES = (".png", ".svg")
+IMAGE_FILTER = "PNG image (*.png);;SVG image (*.svg)"
 
 
 @contextlib.contextmanager
@@ -37,17 +37,30 @@ def _svg_closed_paths_tolerated() -> Iterator[None]:
         module.correctCoordinates = original
 
 
-def export_item(item: pg.GraphicsItem, path: str | os.PathLike[str]) -> None:
-    """Write `item` (a plot or a whole GraphicsLayout) to PNG or SVG by suffix, atomically."""
+def export_graphics(item, path: str | os.PathLike[str], width: int | None = None) -> None:  # noqa: ANN001
+    """Write a pyqtgraph item (a GraphicsLayout, a PlotItem) to PNG or SVG by suffix, atomically.
+
+    `width` scales a PNG to that many pixels wide (the height follows the item's aspect ratio).
+    """
     suffix = Path(path).suffix.lower()
     if suffix not in IMAGE_SUFFIXES:
         raise ValueError(f"Export as .png or .svg, not '{suffix or 'no suffix'}'")
     with atomic_path(path) as tmp:
         if suffix == ".png":
-            if not ImageExporter(item).export(str(tmp)):
+            exporter = ImageExporter(item)
+            if width is not None:
+                exporter.parameters()["width"] = int(width)
+            if not exporter.export(str(tmp)):
                 raise OSError(f"Could not write PNG image to {path}")
         else:
             with _svg_closed_paths_tolerated():
                 SVGExporter(item).export(str(tmp))
         if tmp.stat().st_size == 0:
             raise OSError(f"Nothing was written to {path}")
+
+
+def with_image_suffix(path: str, chosen_filter: str) -> str:
+    """A save dialog's path with the chosen filter's suffix added when the user typed none."""
+    if Path(path).suffix:
+        return path
+    return path + (".svg" if "svg" in chosen_filter.lower() else ".png")

@@ -18,7 +18,7 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.view_model import TokenSteps
-from app.widgets.plot_export import export_item
+from app.widgets.plot_export import export_graphics
 from app.widgets.token_axis import TokenAxis, token_label
 
 KL_BRUSH = (86, 180, 233)
@@ -209,7 +209,7 @@ class TokenStrip(QWidget):
         for region in self.hoverRegions:
             region.setVisible(False)
         try:
-            export_item(self.graphics.ci, path)
+            export_graphics(self.graphics.ci, path)
         finally:
             for region, visible in zip(self.hoverRegions, shown, strict=True):
                 region.setVisible(visible)
