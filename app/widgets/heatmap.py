@@ -481,7 +481,7 @@ class RetentionHeatmap(QWidget):
             self.image.clear()
             self._shown_shape = None
             return
-        self.image.setImage(rgba, autoLevels=False)
+        self.image.setImage(rgba, autoLevels=False, levels=(0, 255))
         shape = rgba.shape[:2]
         if shape != self._shown_shape:
             rows, length = shape

@@ -259,3 +259,21 @@ def test_diff_covers_the_longer_compressible_range_of_the_two(heatmap):
         a, b = kept[row, : T - 1], wide[row]
         assert counts[row].tolist() == [(~a & ~b).sum(), (~a & b).sum(), (a & ~b).sum(), (a & b).sum()]
     assert f"both {int((kept[:, : T - 1] & wide).sum()):,}" in heatmap.legendLabel.text()
+
+
+def test_a_narrow_view_of_many_positions_paints(qtbot):
+    """Narrower than half its columns, pyqtgraph downsamples the RGBA image to floats; without explicit
+    levels its paint() raised "levels argument is required" (seen aborting the suite)."""
+    widget = RetentionHeatmap()
+    widget.resize(160, 120)
+    qtbot.addWidget(widget)
+    widget.show()
+    qtbot.waitExposed(widget)
+    rows, length = 4, 2000
+    kept = np.random.default_rng(2).random((rows, length)) < 0.5
+    widget.set_data(
+        kept, [f"L{r} H0" for r in range(rows)], [str(i) for i in range(length)], None, None, rows, 1
+    )
+    frame = widget.grab().toImage()
+    assert frame.width() > 0
+    assert widget.image.image.shape == (rows, length, 4)
