@@ -38,8 +38,9 @@ def load(spec: str) -> Job:
     return job
 
 
-def prefill(prompt: str, n_tokens: int) -> Job:
-    """Prefill with capture and compute the dense continuation (the baseline every setting is measured on)."""
+def prefill(prompt: str, n_tokens: int, chat_template: bool = True, system_prompt: str | None = None) -> Job:
+    """Prefill with capture and compute the dense continuation (the baseline every setting is measured on);
+    the chat template applies when asked and the tokenizer has one (kvcore.prompting)."""
 
     def job(ctx: JobContext) -> SequenceView:
         session = _session(ctx)
@@ -48,7 +49,14 @@ def prefill(prompt: str, n_tokens: int) -> Job:
             ctx.progress(done / max(total, 1), f"Prefill {done}/{total} tokens")
 
         try:
-            session.prefill(prompt, n_tokens=n_tokens, on_progress=progress, should_cancel=ctx.cancelled)
+            session.prefill(
+                prompt,
+                n_tokens=n_tokens,
+                on_progress=progress,
+                should_cancel=ctx.cancelled,
+                chat_template=chat_template,
+                system_prompt=system_prompt,
+            )
         except capture.Cancelled as exc:
             raise Cancelled(str(exc)) from exc
         return sequence_view(session)

@@ -169,7 +169,10 @@ class MainWindow(QMainWindow):
         if self.model_info is None and self.engine.latest_id("load") is None:
             self._error("No model loaded", "Load a model before Prefill.")
             return None
-        rid = self.engine.submit("prefill", jobs.prefill(text, self.continuation_tokens))
+        use_template, system = self.sessionPanel.chat_template()
+        rid = self.engine.submit(
+            "prefill", jobs.prefill(text, self.continuation_tokens, use_template, system)
+        )
         self._prefill_requested = True
         self.request_compression()
         return rid
@@ -272,6 +275,7 @@ class MainWindow(QMainWindow):
         self._refresh_model_list(loaded.spec)
         self.actions_.rebuild_recent(self.settings.recent_models)
         self.sessionPanel.set_model_loaded(info.name)
+        self.sessionPanel.set_chat_template_available(info.has_chat_template)
         self.controls.set_head_dim(info.head_dim)
         cleared = self.pinning.clear("another model was loaded")
         self.heatmap.clear()
@@ -386,6 +390,8 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(QByteArray.fromBase64(s.geometry.encode("ascii")))
         if s.last_prompt:
             self.sessionPanel.promptEdit.setPlainText(s.last_prompt)
+        self.sessionPanel.chatTemplateCheck.setChecked(s.chat_template)
+        self.sessionPanel.systemPromptEdit.setText(s.system_prompt)
         last = {
             "method": s.last_method,
             "ratio": s.last_ratio,
@@ -407,6 +413,8 @@ class MainWindow(QMainWindow):
         s, cfg = self.settings, self.controls.config()
         s.geometry = bytes(self.saveGeometry().toBase64().data()).decode("ascii")
         s.last_prompt = self.sessionPanel.promptEdit.toPlainText()
+        s.chat_template = self.sessionPanel.chatTemplateCheck.isChecked()
+        s.system_prompt = self.sessionPanel.systemPromptEdit.text()
         s.last_method, s.last_ratio, s.last_bits, s.last_group_size, s.last_schedule = (
             cfg["method"],
             cfg["ratio"],

@@ -50,6 +50,8 @@ _CHECKS = {
     "last_bits": _is_bits,
     "last_group_size": lambda v: _is_int(v) and v in ALLOWED_GROUP_SIZES,
     "last_schedule": lambda v: v in SCHEDULES,
+    "chat_template": lambda v: isinstance(v, bool),
+    "system_prompt": lambda v: isinstance(v, str) and len(v) <= 65536,
 }
 
 
@@ -66,6 +68,8 @@ class Settings:
     last_bits: int | None = None
     last_group_size: int = 64
     last_schedule: str = DEFAULT_SCHEDULE
+    chat_template: bool = True  # the Session panel's box: apply the tokenizer's template when it has one
+    system_prompt: str = ""
     path: Path | None = field(default=None, compare=False, repr=False)
 
     def add_recent_model(self, name: str) -> None:

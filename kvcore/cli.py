@@ -1,8 +1,12 @@
 """Headless subcommands on the same engine as the app (no Qt imported).
 
-  kvlens compress --prompt-file F --method snapkv --ratio 0.25 --bits 4 [--csv S] [--positions P] [--json]
+  kvlens compress -p "TEXT" --method snapkv --ratio 0.25 --bits 4 [--csv S] [--positions P] [--json]
   kvlens sweep --prompt-file F --methods snapkv,h2o --ratios 0.1,0.25,0.5 --bits 4,8,16 --csv out.csv
                [--plot frontier.png --metric kl_mean]     (ratios may also be a range: 0.1:0.5:0.1)
+
+The prompt comes from exactly one of `--prompt/-p TEXT`, `--prompt -` (standard input) or `--prompt-file F`;
+`--max-tokens` is an alias of `--tokens` (mlx-lm's spellings). The prompt goes through the tokenizer's chat
+template when it has one (`--no-chat-template` for the raw text; `--system-prompt` adds a system message).
 
 Bad input exits with status 2 and one line naming the problem; no partial output file is ever written.
 """
@@ -50,9 +54,28 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument(
             "--model", default=str(demo_model_dir()), help="model folder or HF repo id (default: demo)"
         )
-        s.add_argument("--prompt-file", required=True, type=Path)
+        source = s.add_mutually_exclusive_group()
+        source.add_argument(
+            "--prompt", "-p", help="the prompt text ('\\n' and '\\t' read as in mlx-lm), or - for stdin"
+        )
+        source.add_argument("--prompt-file", type=Path, help="a UTF-8 file holding the prompt")
+        s.add_argument(
+            "--chat-template",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="wrap the prompt in the tokenizer's chat template as a user message, as mlx_lm.generate does "
+            "(default: on when the tokenizer has one)",
+        )
+        s.add_argument("--system-prompt", help="a system message before the prompt (needs a chat template)")
         s.add_argument("--group-size", type=int, default=64)
-        s.add_argument("--tokens", type=int, default=32, help="tokens to generate (default 32)")
+        s.add_argument(
+            "--tokens",
+            "--max-tokens",
+            dest="tokens",
+            type=int,
+            default=32,
+            help="tokens to generate (default 32)",
+        )
         s.add_argument(
             "--shared", action="store_true", help="all kv-heads of a layer keep the same positions"
         )
@@ -94,6 +117,26 @@ def _split(text: str, kind: type, name: str) -> list:
     if not values:
         raise UsageError(f"--{name} is empty")
     return values
+
+
+def _prompt(args: argparse.Namespace) -> str:
+    """The prompt from the one source given: --prompt TEXT, --prompt - (stdin) or --prompt-file."""
+    if args.prompt_file is not None:
+        return _read_prompt(args.prompt_file)
+    if args.prompt is None:
+        raise UsageError(
+            "no prompt given: pass --prompt TEXT, --prompt - (read from stdin) or --prompt-file FILE"
+        )
+    if args.prompt == "-":
+        text = sys.stdin.read()
+        if not text.strip():
+            raise UsageError(
+                "--prompt -: standard input was empty; pipe a prompt in, e.g. echo hi | kvlens ..."
+            )
+        return text
+    if not args.prompt.strip():
+        raise UsageError("--prompt is empty: give the prompt text, e.g. --prompt 'def main():'")
+    return args.prompt.replace("\\n", "\n").replace("\\t", "\t")  # as mlx_lm.generate reads it
 
 
 def _read_prompt(path: Path) -> str:
@@ -148,7 +191,11 @@ PlotWriter = Callable[[Sequence[Any], Path, str], None]
 
 
 def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
-    prompt = _read_prompt(args.prompt_file)
+    prompt = _prompt(args)
+    if args.system_prompt is not None and not args.chat_template:
+        raise UsageError(
+            "--system-prompt needs the chat template: drop --no-chat-template or --system-prompt"
+        )
     for out in (args.csv, getattr(args, "positions", None), getattr(args, "plot", None)):
         _check_output(out)
     if getattr(args, "plot", None) is not None:
@@ -179,7 +226,14 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
         check_group_size(configs, session.info.head_dim)
     except ValueError as exc:
         raise UsageError(f"--group-size: {exc}") from None
-    session.prefill(prompt, n_tokens=args.tokens)
+    if args.system_prompt is not None and not session.has_chat_template:
+        raise UsageError(
+            f"--system-prompt: the tokenizer of {session.info.name} has no chat template to put it in; "
+            "drop --system-prompt"
+        )
+    session.prefill(
+        prompt, n_tokens=args.tokens, chat_template=args.chat_template, system_prompt=args.system_prompt
+    )
     if args.command == "compress":
         return _compress(args, session, configs[0])
     return _sweep(args, session, configs, plot_writer)
@@ -219,6 +273,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
             {
                 "model": session.info.path,
                 "prompt_tokens": session.prompt_ids,
+                "chat_template": session.chat_template_applied,
                 "method": cfg.method,
                 "schedule": cfg.schedule,
                 "ratio": cfg.ratio,

@@ -6,6 +6,7 @@ can show it in one line. `trust_remote_code` stays off: a model that needs custo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from kvcore import attention
+from kvcore.prompting import has_chat_template
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -38,6 +40,7 @@ class ModelInfo:
     head_dim: int
     max_context: int | None
     vocab_size: int | None
+    has_chat_template: bool = False  # the tokenizer's; prefill applies it by default, as mlx_lm.generate does
 
 
 def hf_cache_dir() -> Path:
@@ -107,7 +110,10 @@ def load(spec: str) -> tuple[nn.Module, Any, ModelInfo]:
     except attention.UnsupportedArchitecture as exc:
         raise ModelLoadError(str(exc)) from exc
     upcast_on_cpu(model)
-    return model, tokenizer, model_info(model, config, path)
+    info = dataclasses.replace(
+        model_info(model, config, path), has_chat_template=has_chat_template(tokenizer)
+    )
+    return model, tokenizer, info
 
 
 def upcast_on_cpu(model: nn.Module) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from kvcore import caches, loading, metrics
+from kvcore import caches, loading, metrics, prompting
 from kvcore.capture import Cancelled, CaptureResult, prefill_with_capture
 from kvcore.defaults import (
     ALLOWED_BITS,
@@ -53,6 +53,7 @@ _PREFILL_STATE = (
     "_dense_logits",
     "_dense_decode_cache",
     "_packed",
+    "chat_template_applied",
 )
 
 __all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", "Session"]
@@ -145,6 +146,7 @@ class Session:
         self._dense_decode_cache: list[Any] | None = None
         self._packed: tuple[tuple[int, int, str], list[Any]] | None = None
         self.prefill_ms = 0.0
+        self.chat_template_applied = False  # whether the current prompt_ids went through the chat template
 
     @classmethod
     def load(cls, spec: str) -> Session:
@@ -183,13 +185,30 @@ class Session:
         return 1 if schedule == "paper" else 0
 
     # -- prefill ----------------------------------------------------------------------------------------------
-    def encode(self, prompt: str | Sequence[int]) -> list[int]:
-        ids = list(self.tokenizer.encode(prompt)) if isinstance(prompt, str) else [int(t) for t in prompt]
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether the tokenizer has a chat template (then prefill applies it unless told not to)."""
+        return prompting.has_chat_template(self.tokenizer)
+
+    def encode(
+        self, prompt: str | Sequence[int], chat_template: bool = True, system_prompt: str | None = None
+    ) -> list[int]:
+        """Prompt ids as mlx-lm makes them (kvcore.prompting); a list of ids is taken as it is."""
+        ids, _ = self._encode(prompt, chat_template, system_prompt)
+        return ids
+
+    def _encode(
+        self, prompt: str | Sequence[int], chat_template: bool, system_prompt: str | None
+    ) -> tuple[list[int], bool]:
+        if isinstance(prompt, str):
+            ids, applied = prompting.encode_prompt(self.tokenizer, prompt, chat_template, system_prompt)
+        else:
+            ids, applied = [int(t) for t in prompt], False
         if len(ids) < 2:
             raise ValueError(
                 f"prompt is too short ({len(ids)} token{'s' if len(ids) != 1 else ''}): type at least two tokens"
             )
-        return ids
+        return ids, applied
 
     def prefill(
         self,
@@ -197,13 +216,16 @@ class Session:
         n_tokens: int = 32,
         on_progress: Progress = None,
         should_cancel: CancelCheck = None,
+        chat_template: bool = True,
+        system_prompt: str | None = None,
     ) -> dict[str, Any]:
         """Prefill with capture, then compute the dense greedy continuation of `n_tokens` (the baseline).
 
-        On any error (bad prompt, cancel) the previous prefill stays as it was.
+        A text prompt goes through the tokenizer's chat template when it has one and `chat_template` is on, as
+        `mlx_lm.generate` does. On any error (bad prompt, cancel) the previous prefill stays as it was.
         """
         self._check_thread()
-        ids = self.encode(prompt)
+        ids, applied = self._encode(prompt, chat_template, system_prompt)
         if n_tokens < 1:
             raise ValueError(f"tokens to generate must be at least 1, got {n_tokens}")
         ctx = self.info.max_context
@@ -227,6 +249,7 @@ class Session:
         old = {name: getattr(self, name) for name in _PREFILL_STATE}
         self._capture, self.prompt_ids, self._rankings, self._window_attention = capture, ids, {}, {}
         self.dense_tokens, self._dense_logits, self._dense_decode_cache, self._packed = [], {}, None, None
+        self.chat_template_applied = applied
         try:
             self.extend(n_tokens, should_cancel=should_cancel)
         except BaseException:
@@ -234,7 +257,12 @@ class Session:
                 setattr(self, name, value)
             raise
         self.prefill_ms = prefill_ms
-        return {"prompt_tokens": len(ids), "prefill_ms": prefill_ms, "skipped_layers": dict(capture.skipped)}
+        return {
+            "prompt_tokens": len(ids),
+            "prefill_ms": prefill_ms,
+            "skipped_layers": dict(capture.skipped),
+            "chat_template": applied,
+        }
 
     def _mean_window_attention(self, schedule: str) -> list[np.ndarray | None]:
         """Per layer [H_kv, T]: the last STATS_WINDOW queries' attention, mean over queries and GQA group."""
@@ -476,11 +504,7 @@ class Session:
         m = metrics.teacher_forced(dense_logits[skip:], comp_logits[skip:], np.array(tokens[skip:]))
         steps = metrics.per_step(dense_logits, comp_logits, np.array(tokens, dtype=np.int64))
         m["kl_per_step"] = steps.kl.tolist()  # the dense first step of "paper" compares equal logits: KL 0
-        branch = caches.copy_cache(state.cache)
-        if schedule == "paper":
-            free = tokens[:1] + self._greedy(branch, tokens[0], n - 1, should_cancel) if n else []
-        else:
-            free = self._greedy(branch, self.prompt_ids[-1], n, should_cancel)
+        free = self.continuation(state, n, should_cancel)
         m["first_divergence"] = metrics.first_divergence(tokens, free)
         regenerate_ms = (time.perf_counter() - start) * 1e3
         m.update(
@@ -496,6 +520,22 @@ class Session:
             regenerate_ms=regenerate_ms,
         )
         return Regeneration(free, m, regenerate_ms, steps)
+
+    def continuation(self, state: CompressedState, n: int, should_cancel: CancelCheck = None) -> list[int]:
+        """The free-running greedy continuation of n tokens from a compressed state (the state is not changed).
+
+        Under "paper" the first token is the dense prefill's (the papers take it from there); under "mlx-lm" the
+        last prompt token is fed through the compressed cache first.
+        """
+        self._check_thread()
+        self._require_prefill()
+        if n <= 0:
+            return []
+        branch = caches.copy_cache(state.cache)
+        if state.config.schedule == "paper":
+            first = self.dense_tokens[0]
+            return [first, *self._greedy(branch, first, n - 1, should_cancel)]
+        return self._greedy(branch, self.prompt_ids[-1], n, should_cancel)
 
     # -- conveniences ---------------------------------------------------------------------------------------
     def token_texts(self, ids: Sequence[int]) -> list[str]:

@@ -109,3 +109,22 @@ def build_model(
     mx.save_safetensors(str(folder / "model.safetensors"), weights)
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder
+
+
+#: A Jinja chat template in the common role-marker style; the markers are plain text to this tokenizer.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+def with_chat_template(source: Path, folder: Path, template: str = CHAT_TEMPLATE) -> Path:
+    """A copy of the model folder `source` whose tokenizer_config.json carries `template`; return the copy."""
+    import shutil
+
+    shutil.copytree(source, folder)
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = template
+    config_path.write_text(json.dumps(config))
+    return folder

@@ -9,10 +9,12 @@ from pathlib import Path
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QColor, QMouseEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -137,6 +139,11 @@ class SessionPanel(QWidget):
         self.samplePromptCombo = QComboBox(objectName="samplePromptCombo")
         self.promptEdit = QPlainTextEdit(objectName="promptEdit")
         self.promptEdit.setPlaceholderText("Prompt…")
+        self.chatTemplateCheck = QCheckBox("Chat template", objectName="chatTemplateCheck")
+        self.chatTemplateCheck.setChecked(True)
+        self.systemPromptEdit = QLineEdit(objectName="systemPromptEdit")
+        self.systemPromptEdit.setPlaceholderText("System prompt (optional)")
+        self._has_template = True
         self.prefillButton = QPushButton("Prefill", objectName="prefillButton")
         self.stepButton = QPushButton("Step", objectName="stepButton")
         self.generateButton = QPushButton("Generate", objectName="generateButton")
@@ -165,6 +172,10 @@ class SessionPanel(QWidget):
         layout.addWidget(self.modelLabel)
         layout.addWidget(self.samplePromptCombo)
         layout.addWidget(self.promptEdit, 1)
+        chat_row = QHBoxLayout()
+        chat_row.addWidget(self.chatTemplateCheck)
+        chat_row.addWidget(self.systemPromptEdit, 1)
+        layout.addLayout(chat_row)
         layout.addLayout(run_row)
         layout.addLayout(busy_row)
         layout.addWidget(QLabel("Tokens (hover to mark the position in the heatmap)"))
@@ -179,6 +190,7 @@ class SessionPanel(QWidget):
             lambda: self.generateRequested.emit(self.generateCountSpin.value())
         )
         self.cancelButton.clicked.connect(self.cancelRequested.emit)
+        self.chatTemplateCheck.toggled.connect(lambda _: self._update_chat_widgets())
         self.generatedView.tokenHovered.connect(self.tokenHovered.emit)
 
     # -- public API -------------------------------------------------------------------------------
@@ -215,6 +227,30 @@ class SessionPanel(QWidget):
             (combo.itemText(i), combo.itemData(i), combo.itemData(i, _KIND_ROLE))
             for i in range(combo.count())
         ]
+
+    def set_chat_template_available(self, available: bool) -> None:
+        """Enable the chat template box and system prompt only when the loaded tokenizer has a template; the
+        user's choice is kept for the next model that has one."""
+        self._has_template = available
+        self._update_chat_widgets()
+
+    def chat_template(self) -> tuple[bool, str | None]:
+        """(apply the template, system prompt or None) as the next prefill should use them: off when the
+        tokenizer has none, no system prompt when the box is off or the field is blank."""
+        use = self._has_template and self.chatTemplateCheck.isChecked()
+        system = self.systemPromptEdit.text()
+        return use, (system if use and system.strip() else None)
+
+    def _update_chat_widgets(self) -> None:
+        box = self.chatTemplateCheck
+        box.setEnabled(self._has_template)
+        self.systemPromptEdit.setEnabled(self._has_template and box.isChecked())
+        box.setToolTip(
+            "Wrap the prompt in the tokenizer's chat template as a user message, as mlx_lm.generate does; "
+            "the template's own tokens are positions like any other"
+            if self._has_template
+            else "This model's tokenizer has no chat template: the prompt is used as it is"
+        )
 
     def set_busy(self, busy: bool, text: str = "") -> None:
         """Show the busy indicator and Cancel while the engine works; run buttons are disabled meanwhile."""

@@ -78,3 +78,13 @@ def test_default_path_is_in_config_dir(monkeypatch, tmp_path):
     if sys.platform.startswith("linux"):
         assert str(default_path()).startswith(str(tmp_path))
     assert default_path().name == "settings.json"
+
+
+def test_chat_template_fields_are_type_checked(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"chat_template": False, "system_prompt": "Be brief."}))
+    assert Settings.load(path) == (Settings(chat_template=False, system_prompt="Be brief.", path=path), None)
+    path.write_text(json.dumps({"chat_template": "yes", "system_prompt": 3}))
+    settings, warning = Settings.load(path)
+    assert settings.chat_template is True and settings.system_prompt == ""
+    assert "chat_template" in warning and "system_prompt" in warning

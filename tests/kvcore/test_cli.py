@@ -166,3 +166,45 @@ def test_argument_errors_are_one_line(argv):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kvlens: error:") and "--help" in lines[0]
+
+
+@pytest.mark.parametrize("source", ["-p", "--prompt -"])
+def test_prompt_text_and_stdin_give_the_file_prompt(model_dirs, loaded_models, tmp_path, monkeypatch, source):
+    """`-p TEXT` (with mlx-lm's literal \\n) and `--prompt -` prefill the same tokens as the file would."""
+    import io
+
+    kept = tmp_path / "kept.json"
+    argv = ["compress", "--model", str(model_dirs["llama"]), "--max-tokens", "2", "--positions", str(kept)]
+    if source == "-p":
+        argv += ["-p", PROMPT.replace("\n", "\\n")]
+    else:
+        argv += ["--prompt", "-"]
+        monkeypatch.setattr(sys, "stdin", io.StringIO(PROMPT))
+    assert main(argv) == 0
+    tokenizer = loaded_models["llama"][1]
+    assert json.loads(kept.read_text())["prompt_tokens"] == tokenizer.encode(PROMPT)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "no prompt given: pass --prompt TEXT"),
+        (["-p", "  "], "--prompt is empty"),
+        (["--prompt", "-"], "standard input was empty"),
+    ],
+)
+def test_missing_prompt_is_one_line_before_loading(tmp_path, monkeypatch, capsys, argv, message):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert main(["compress", "--model", str(tmp_path / "no-such-model"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvlens: error:") and message in err and "\n" not in err
+
+
+def test_two_prompt_sources_are_refused_in_one_line(prompt_file, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compress", "-p", "hello there", "--prompt-file", str(prompt_file)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "not allowed with argument" in err and "\n" not in err
