@@ -22,7 +22,6 @@ from typing import Any, NoReturn
 
 from kvcore.defaults import (
     ALLOWED_BITS,
-    ALLOWED_GROUP_SIZES,
     DEFAULT_SCHEDULE,
     SCHEDULE_HELP,
     SCHEDULES,
@@ -217,12 +216,8 @@ def _run(args: argparse.Namespace) -> int:
     from kvcore.session import Session
 
     session = Session.load(args.model)
-    for cfg in configs:
-        if cfg.bits is not None and session.info.head_dim % cfg.group_size:
-            raise UsageError(
-                f"--group-size {cfg.group_size} does not divide head_dim {session.info.head_dim} "
-                f"of this model: use {[g for g in ALLOWED_GROUP_SIZES if session.info.head_dim % g == 0]}"
-            )
+    for cfg in configs:  # every refusal before the prefill
+        session.check_config(cfg)
     if args.system_prompt is not None and not session.has_chat_template:
         raise UsageError(
             f"--system-prompt: the tokenizer of {session.info.name} has no chat template to put it in; "
