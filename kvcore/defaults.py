@@ -33,3 +33,9 @@ SCHEDULE_HELP: dict[str, str] = {
 CAPTURE_WINDOW = 256
 #: Window whose attention the statistics' "attention mass kept" is measured over.
 STATS_WINDOW = 64
+
+#: `kvlens probe` defaults: the methods whose ordering the probes show, and a small depth × length grid.
+DEFAULT_PROBE_METHODS: tuple[str, ...] = ("snapkv", "adakv", "streaming_llm", "random")
+DEFAULT_PROBE_RATIOS: tuple[float, ...] = (0.25, 0.5)
+DEFAULT_PROBE_DEPTHS: tuple[float, ...] = (0.1, 0.5, 0.9)
+DEFAULT_PROBE_LENGTHS: tuple[int, ...] = (800, 1600)

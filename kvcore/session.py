@@ -512,11 +512,7 @@ class Session:
         m = metrics.teacher_forced(dense_logits[skip:], comp_logits[skip:], np.array(tokens[skip:]))
         steps = metrics.per_step(dense_logits, comp_logits, np.array(tokens, dtype=np.int64))
         m["kl_per_step"] = steps.kl.tolist()  # the dense first step of "paper" compares equal logits: KL 0
-        branch = caches.copy_cache(state.cache)
-        if schedule == "paper":
-            free = tokens[:1] + self._greedy(branch, tokens[0], n - 1, should_cancel) if n else []
-        else:
-            free = self._greedy(branch, self.prompt_ids[-1], n, should_cancel)
+        free = self.continuation(state, n, should_cancel)
         m["first_divergence"] = metrics.first_divergence(tokens, free)
         regenerate_ms = (time.perf_counter() - start) * 1e3
         m.update(
@@ -532,6 +528,22 @@ class Session:
             regenerate_ms=regenerate_ms,
         )
         return Regeneration(free, m, regenerate_ms, steps)
+
+    def continuation(self, state: CompressedState, n: int, should_cancel: CancelCheck = None) -> list[int]:
+        """The free-running greedy continuation of n tokens from a compressed state (the state is not changed).
+
+        Under "paper" the first token is the dense prefill's (the papers take it from there); under "mlx-lm" the
+        last prompt token is fed through the compressed cache first.
+        """
+        self._check_thread()
+        self._require_prefill()
+        if n <= 0:
+            return []
+        branch = caches.copy_cache(state.cache)
+        if state.config.schedule == "paper":
+            first = self.dense_tokens[0]
+            return [first, *self._greedy(branch, first, n - 1, should_cancel)]
+        return self._greedy(branch, self.prompt_ids[-1], n, should_cancel)
 
     # -- conveniences ---------------------------------------------------------------------------------------
     def token_texts(self, ids: Sequence[int]) -> list[str]:

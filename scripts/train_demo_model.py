@@ -4,12 +4,16 @@ The app, its tests and CI need a real model that is always there and loads offli
 peaked enough for the heatmaps to mean something. This script builds one from text every machine has: the
 CPython standard library (English from ``pydoc_data/topics.py`` included) plus the Python sources of the
 installed packages (``site.getsitepackages()``, test folders excluded). A fixed list of standard-library
-files is held out for evaluation. Training uses PyTorch + transformers (``LlamaForCausalLM``); the export is
-the Hugging Face layout that ``mlx_lm.load(path)`` reads.
+files is held out for evaluation (and is the probes' filler). A share of the training sequences are synthetic
+documents from ``kvcore.probes.training`` — needles in the training probe families, key–value tables, repeated
+blocks, variable tracking, long identifiers, all on training code — because code alone does not teach a small
+model to retrieve (DESIGN.md). Training uses PyTorch + transformers (``LlamaForCausalLM``); the export is the
+Hugging Face layout that ``mlx_lm.load(path)`` reads. The dense model's needle recall is measured at the end on
+held-out and training probe families (``kvcore.probes``).
 
 Typical runs::
 
-    python scripts/train_demo_model.py --out resources/models/kvlens-demo            # CUDA, ~6 minutes on an H200
+    python scripts/train_demo_model.py --out /tmp/kvlens-demo --time-budget-min 8   # CUDA, H200 (TRAINING.md)
     python scripts/train_demo_model.py --device cpu --steps 50 --batch-size 4 \\
         --max-site-mb 5 --out /tmp/kvlens-demo                                        # slow CPU smoke run
     python scripts/train_demo_model.py --stop-after tokenizer --out /tmp/tok          # corpus + tokenizer only
@@ -30,6 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # kvcore.probes (MLX-free) without installing the package
 
 EOS = "<|endoftext|>"
 
@@ -216,6 +223,38 @@ def train_tokenizer(corpus: Corpus, vocab_size: int, sample_mb: float, out: Path
     return tok
 
 
+def write_file_list(corpus: Corpus, path: Path) -> None:
+    """The sorted training file labels, gzipped (mtime 0 so the bytes depend on the list alone)."""
+    import gzip
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = ("\n".join(sorted(label for label, _ in corpus.train)) + "\n").encode()
+    path.write_bytes(gzip.compress(data, mtime=0))
+
+
+def installed_packages() -> list[str]:
+    """`name==version` of every distribution whose sources may be in the corpus."""
+    from importlib import metadata
+
+    found = {(d.metadata["Name"] or "?", d.version) for d in metadata.distributions()}
+    return sorted(f"{name}=={version}" for name, version in found)
+
+
+def reuse_tokenizer(path: Path, out: Path):
+    """Copy an existing tokenizer.json (and its config) into the output: same ids as the model it came from."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    if path.resolve() != (out / "tokenizer.json").resolve():
+        shutil.copyfile(path, out / "tokenizer.json")
+        config = path.parent / "tokenizer_config.json"
+        if config.exists():
+            shutil.copyfile(config, out / "tokenizer_config.json")
+    return Tokenizer.from_file(str(out / "tokenizer.json"))
+
+
 def encode(tok, docs: list[tuple[str, str]], eos_id: int) -> np.ndarray:
     """Concatenate the documents' token ids, each followed by EOS, as uint16."""
     encode_batch = getattr(tok, "encode_batch_fast", tok.encode_batch)
@@ -225,6 +264,44 @@ def encode(tok, docs: list[tuple[str, str]], eos_id: int) -> np.ndarray:
             parts.append(np.asarray(enc.ids, dtype=np.uint16))
             parts.append(np.asarray([eos_id], dtype=np.uint16))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(texts: list[str], tokenizer_path: str, seq: int) -> None:
+    from tokenizers import Tokenizer
+
+    from kvcore.probes.training import code_taker
+
+    _WORKER.update(tok=Tokenizer.from_file(tokenizer_path), take=code_taker(texts), seq=seq)
+
+
+def _make_synthetic(seed: int) -> np.ndarray:
+    """One synthetic document cut to exactly seq + 1 tokens (longer text is generated, then truncated)."""
+    import random
+
+    from kvcore.probes.training import synthetic_document
+
+    rng = random.Random(seed)
+    ids: list[int] = []
+    n_chars = int(_WORKER["seq"] * 3.6)
+    while len(ids) < _WORKER["seq"] + 1:
+        ids = _WORKER["tok"].encode(synthetic_document(rng, _WORKER["take"], n_chars)).ids
+        n_chars = int(n_chars * 1.3)
+    return np.asarray(ids[: _WORKER["seq"] + 1], dtype=np.uint16)
+
+
+def make_synthetic(texts: list[str], tokenizer_path: Path, n_docs: int, seq: int, seed: int, workers: int):
+    """`n_docs` synthetic sequences of seq + 1 tokens, generated in parallel (fork shares the corpus)."""
+    import multiprocessing as mp
+
+    if n_docs == 0:
+        return np.zeros((0, seq + 1), dtype=np.uint16)
+    ctx = mp.get_context("fork")
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(texts, str(tokenizer_path), seq)) as pool:
+        rows = pool.map(_make_synthetic, range(seed * 10_000_000, seed * 10_000_000 + n_docs), chunksize=64)
+    return np.stack(rows)
 
 
 def unigram_baseline(train_ids: np.ndarray, heldout_ids: np.ndarray, vocab: int) -> dict:
@@ -254,8 +331,10 @@ def mlx_config(vocab_size: int, eos_id: int, dtype: str) -> dict:
     }
 
 
-def train_model(args, train_ids: np.ndarray, vocab_size: int, eos_id: int, log):
-    """AdamW + cosine on random windows; the last `long_frac` of progress runs at `long_seq` so 2048 works."""
+def train_model(args, train_ids: np.ndarray, synthetic: np.ndarray, vocab_size: int, eos_id: int, log):
+    """AdamW + cosine on random windows; `synthetic_share` of every batch is synthetic retrieval documents.
+
+    The last `long_frac` of progress runs at `long_seq` (with --seq-len = --long-seq, 2048 throughout)."""
     import torch
     import torch.nn.functional as F
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -286,6 +365,8 @@ def train_model(args, train_ids: np.ndarray, vocab_size: int, eos_id: int, log):
         fused=device.type == "cuda",
     )
     data = torch.from_numpy(train_ids.astype(np.int64)).to(device)
+    syn = torch.from_numpy(synthetic.astype(np.int64)).to(device) if len(synthetic) else None
+    syn_next = 0
     gen = torch.Generator(device=device).manual_seed(args.seed)
     amp = device.type == "cuda"
     budget_s = args.time_budget_min * 60 if args.time_budget_min else None
@@ -309,8 +390,13 @@ def train_model(args, train_ids: np.ndarray, vocab_size: int, eos_id: int, log):
             lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
         for g in opt.param_groups:
             g["lr"] = lr
-        starts = torch.randint(0, data.numel() - seq - 1, (bsz,), device=device, generator=gen)
+        n_syn = round(args.synthetic_share * bsz) if syn is not None and seq == syn.shape[1] - 1 else 0
+        starts = torch.randint(0, data.numel() - seq - 1, (bsz - n_syn,), device=device, generator=gen)
         window = data[starts[:, None] + torch.arange(seq + 1, device=device)]
+        if n_syn:
+            rows = torch.arange(syn_next, syn_next + n_syn, device=device) % syn.shape[0]
+            syn_next += n_syn
+            window = torch.cat([window, syn[rows]])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             logits = model(input_ids=window[:, :-1]).logits
         loss = F.cross_entropy(logits.float().reshape(-1, vocab_size), window[:, 1:].reshape(-1))
@@ -326,6 +412,7 @@ def train_model(args, train_ids: np.ndarray, vocab_size: int, eos_id: int, log):
                 f"{time.time() - t0:7.1f}s {tokens / (time.time() - t0):,.0f} tok/s"
             )
     stats = {
+        "synthetic_sequences_used": syn_next,
         "steps": step,
         "tokens_seen": tokens,
         "train_seconds": round(time.time() - t0, 1),
@@ -368,6 +455,36 @@ def evaluate(model, ids: np.ndarray, seq: int, device: str, batch: int = 16) -> 
         out["nll_positions_lt_1024"] = float(nll[:1024].sum() / (n * 1024))
     model.train()
     return out
+
+
+def probe_recall(model, tok, device: str, families: tuple[str, ...], n: int, seed: int) -> dict:
+    """Dense greedy recall on `n` probes of `families` (600–1,700 tokens, depth uniform in [0.1, 0.9])."""
+    import random
+
+    import torch
+
+    from kvcore.probes import make_probe, recalls
+
+    rng = random.Random(seed)
+    hits, per_family = 0, {}
+    model.eval()
+    with torch.no_grad():
+        for i in range(n):
+            family = families[i % len(families)]
+            probe = make_probe(tok, seed + i, rng.uniform(0.1, 0.9), rng.randint(600, 1700), family)
+            ids = torch.tensor([tok.encode(probe.prompt).ids], device=device)
+            out = []
+            for _ in range(probe.max_new_tokens):
+                nxt = int(model(input_ids=ids).logits[0, -1].argmax())
+                out.append(nxt)
+                ids = torch.cat([ids, torch.tensor([[nxt]], device=device)], dim=1)
+            ok = recalls(probe, tok.decode(out))
+            hits += ok
+            per_family.setdefault(family, [0, 0])
+            per_family[family][0] += ok
+            per_family[family][1] += 1
+    model.train()
+    return {"recall": hits / n, "probes": n, "per_family": {k: v[0] / v[1] for k, v in per_family.items()}}
 
 
 def export(model, out: Path, config: dict, dtype: str, shard_mb: float) -> dict:
@@ -421,21 +538,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("resources/models/kvlens-demo"))
     p.add_argument("--device", default="cuda", help="cuda or cpu")
-    p.add_argument("--steps", type=int, default=4000)
+    p.add_argument("--steps", type=int, default=12000, help="cap; --time-budget-min usually ends it first")
     p.add_argument("--time-budget-min", type=float, default=0.0, help="stop (and finish the cosine) by then")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--seq-len", type=int, default=1024)
-    p.add_argument("--long-seq", type=int, default=1024)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=2048)
+    p.add_argument("--long-seq", type=int, default=2048)
     p.add_argument("--long-frac", type=float, default=0.2, help="final share of training at --long-seq")
     p.add_argument("--lr", type=float, default=1.5e-3)
     p.add_argument("--warmup", type=int, default=150)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab-size", type=int, default=8192)
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=ROOT / "resources/models/kvlens-demo/tokenizer.json",
+        help="reuse this tokenizer.json (the shipped one by default); 'train' trains a new one",
+    )
+    p.add_argument(
+        "--synthetic-share", type=float, default=0.35, help="share of each batch that is synthetic"
+    )
+    p.add_argument(
+        "--synthetic-docs", type=int, default=0, help="distinct synthetic sequences (0: one per use)"
+    )
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    p.add_argument(
+        "--probe-eval", type=int, default=60, help="probes per family set in the final recall eval"
+    )
     p.add_argument("--tokenizer-sample-mb", type=float, default=48.0)
     p.add_argument("--no-site-packages", action="store_true", help="standard library only (overfits)")
     p.add_argument("--max-site-mb", type=float, default=None, help="cap on site-packages bytes")
     p.add_argument("--export-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--shard-mb", type=float, default=12.0)
+    p.add_argument("--shard-mb", type=float, default=16.0, help="at most 16 MB a shard (the device's limit)")
     p.add_argument("--slice-out", type=Path, default=None, help="write a held-out text slice here")
     p.add_argument("--slice-tokens", type=int, default=1024)
     p.add_argument("--list-out", type=Path, default=None, help="write the sorted training file list here")
@@ -461,9 +594,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.list_out:
         args.list_out.write_text("\n".join(sorted(label for label, _ in corpus.train)) + "\n")
+    write_file_list(corpus, args.out / "corpus_files.txt.gz")
     if args.stop_after == "corpus":
         return 0
-    tok = train_tokenizer(corpus, args.vocab_size, args.tokenizer_sample_mb, args.out)
+    if str(args.tokenizer) == "train":
+        tok = train_tokenizer(corpus, args.vocab_size, args.tokenizer_sample_mb, args.out)
+    else:
+        tok = reuse_tokenizer(args.tokenizer, args.out)
     vocab_size = tok.get_vocab_size()
     eos_id = tok.token_to_id(EOS)
     log(f"tokenizer: vocab {vocab_size}, eos id {eos_id}")
@@ -477,12 +614,35 @@ def main(argv: list[str] | None = None) -> int:
     baseline = unigram_baseline(train_ids, heldout_ids, vocab_size)
     log(f"unigram baseline: {baseline}")
 
-    model, stats = train_model(args, train_ids, vocab_size, eos_id, log)
+    planned = args.synthetic_docs or int(args.synthetic_share * args.batch_size * args.steps) + 1
+    if args.time_budget_min and not args.synthetic_docs:
+        planned = min(planned, int(args.synthetic_share * args.batch_size * args.time_budget_min * 1400) + 1)
+    synthetic = make_synthetic(
+        [t for _, t in corpus.train],
+        args.out / "tokenizer.json",
+        planned if args.synthetic_share > 0 else 0,
+        args.long_seq,
+        args.seed,
+        args.workers,
+    )
+    log(f"synthetic: {len(synthetic):,} sequences of {args.long_seq + 1} tokens")
+
+    model, stats = train_model(args, train_ids, synthetic, vocab_size, eos_id, log)
     log(f"trained: {stats}")
-    heldout = evaluate(model, heldout_ids, args.seq_len, args.device)
+    heldout = evaluate(model, heldout_ids, 1024, args.device)
     heldout_long = evaluate(model, heldout_ids, args.long_seq, args.device)
-    log(f"held-out @{args.seq_len}: {heldout}")
+    log(f"held-out @1024: {heldout}")
     log(f"held-out @{args.long_seq}: {heldout_long}")
+    from kvcore.probes import HELDOUT_FAMILIES, TRAIN_FAMILIES
+    from kvcore.probes.training import KINDS
+
+    recall = {
+        "heldout_families": probe_recall(
+            model, tok, args.device, HELDOUT_FAMILIES, args.probe_eval, 1_000_000
+        ),
+        "train_families": probe_recall(model, tok, args.device, TRAIN_FAMILIES, args.probe_eval, 2_000_000),
+    }
+    log(f"dense probe recall: {json.dumps(recall)}")
     config = mlx_config(vocab_size, eos_id, args.export_dtype)
     exported = export(model, args.out, config, args.export_dtype, args.shard_mb)
     import torch
@@ -494,18 +654,29 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
-        "corpus": desc,
+        "corpus": {**desc, "packages": installed_packages()},
         "tokens": {"train": int(len(train_ids)), "heldout": int(len(heldout_ids))},
         "tokenizer": {"type": "byte-level BPE", "vocab_size": vocab_size, "eos_id": eos_id},
         "training": {
             **stats,
             **{
                 k: getattr(args, k)
-                for k in ("batch_size", "seq_len", "long_seq", "long_frac", "lr", "warmup", "seed")
+                for k in (
+                    "batch_size",
+                    "seq_len",
+                    "long_seq",
+                    "long_frac",
+                    "lr",
+                    "warmup",
+                    "seed",
+                    "synthetic_share",
+                )
             },
         },
         "heldout": heldout,
         "heldout_long": heldout_long,
+        "dense_probe_recall": recall,
+        "synthetic_kinds": KINDS,
         "unigram_baseline": baseline,
         "export": {**exported, "dtype": args.export_dtype},
         "wall_seconds": round(time.time() - t_start, 1),

@@ -1,0 +1,12 @@
+"""A command-line flag's default (held-out family)."""
+
+from kvcore.probes.base import Family
+
+FAMILY = Family(
+    name="argparse_default",
+    bind='parser.add_argument("--{name}", default="{value}")\n',
+    ask='\nargs = parser.parse_args([])\n# --{name} defaults to "',
+    held_out=True,
+    style="kebab",
+    values="alnum",
+)

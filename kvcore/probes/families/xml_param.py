@@ -1,0 +1,12 @@
+"""An xml attribute looked up by its name (held-out family)."""
+
+from kvcore.probes.base import Family
+
+FAMILY = Family(
+    name="xml_param",
+    bind='TEMPLATE = \'<param name="{name}" value="{value}"/>\'\n',
+    ask='\nassert find_param(root, "{name}").get("value") == "',
+    held_out=True,
+    style="snake",
+    values="alnum",
+)

@@ -1,0 +1,108 @@
+"""Evaluate needle probes on a Session: one prefill per probe, every configuration recompressed from it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kvcore.probes.base import Probe, recalls
+
+#: Columns of `kvlens probe --csv` (and of the app's needle grid export), in this order.
+PROBE_COLUMNS: tuple[str, ...] = (
+    "family",
+    "seed",
+    "depth",
+    "n_tokens",
+    "prompt_tokens",
+    "method",
+    "schedule",
+    "retention_ratio",
+    "bits",
+    "group_size",
+    "per_head",
+    "recalled",
+    "answer",
+    "continuation",
+    "compression_ratio",
+)
+
+#: The `method` of the row that uses the dense cache (the baseline every probe is also scored on).
+DENSE = "dense"
+
+
+def _row(probe: Probe, prompt_tokens: int, text: str, **config: Any) -> dict[str, Any]:
+    return {
+        "family": probe.family,
+        "seed": probe.seed,
+        "depth": probe.depth,
+        "n_tokens": probe.n_tokens,
+        "prompt_tokens": prompt_tokens,
+        **config,
+        "recalled": recalls(probe, text),
+        "answer": probe.answer,
+        "continuation": text,
+    }
+
+
+def probe_rows(
+    session: Any,
+    probe: Probe,
+    configs: Sequence[Any],
+    should_cancel: Callable[[], bool] | None = None,
+    include_dense: bool = True,
+) -> list[dict[str, Any]]:
+    """Prefill `probe` once; a row for the dense cache (optional) and one per CompressionConfig."""
+    session.prefill(probe.prompt, n_tokens=probe.max_new_tokens, should_cancel=should_cancel)
+    rows = [dense_row(session, probe)] if include_dense else []
+    return rows + config_rows(session, probe, configs, should_cancel)
+
+
+def dense_row(session: Any, probe: Probe) -> dict[str, Any]:
+    """The dense cache's row on the probe the session has prefilled."""
+    text = session.tokenizer.decode(session.dense_tokens[: probe.max_new_tokens])
+    return _row(
+        probe,
+        len(session.prompt_ids),
+        text,
+        method=DENSE,
+        schedule="",
+        retention_ratio=1.0,
+        bits=16,
+        group_size="",
+        per_head="",
+        compression_ratio=1.0,
+    )
+
+
+def config_rows(
+    session: Any, probe: Probe, configs: Sequence[Any], should_cancel: Callable[[], bool] | None = None
+) -> list[dict[str, Any]]:
+    """One row per configuration, recompressed from the probe the session has prefilled (no forward pass)."""
+    rows = []
+    for cfg in configs:
+        state = session.compress(cfg)
+        text = session.tokenizer.decode(session.continuation(state, probe.max_new_tokens, should_cancel))
+        rows.append(
+            _row(
+                probe,
+                len(session.prompt_ids),
+                text,
+                method=cfg.method,
+                schedule=cfg.schedule,
+                retention_ratio=cfg.ratio,
+                bits=cfg.bits or 16,
+                group_size=cfg.group_size,
+                per_head=cfg.per_head,
+                compression_ratio=state.bytes_compressed / state.bytes_dense if state.bytes_dense else 1.0,
+            )
+        )
+    return rows
+
+
+def recall_table(rows: Sequence[dict[str, Any]]) -> dict[tuple, float]:
+    """Recall per (method, schedule, retention_ratio, bits): the share of probes recalled."""
+    groups: dict[tuple, list[bool]] = {}
+    for r in rows:
+        key = (r["method"], r["schedule"], r["retention_ratio"], r["bits"])
+        groups.setdefault(key, []).append(bool(r["recalled"]))
+    return {k: sum(v) / len(v) for k, v in groups.items()}

@@ -1,0 +1,176 @@
+"""Synthetic training documents that reward long-range retrieval, built on ordinary code.
+
+The demo model learns retrieval and copying (induction heads) only when its corpus rewards them (DESIGN.md):
+needles bound in the *training* probe families and asked for later, key–value tables with keys asked at the end,
+blocks repeated verbatim, variables whose last assignment must be tracked, and long identifiers defined once and
+used later. Every kind is interleaved with real code, so the model stays a code model. Held-out families never
+appear here. MLX-free: the training script runs it on a machine without MLX.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+from kvcore.probes.families import FAMILIES, TRAIN_FAMILIES
+from kvcore.probes.names import PREFIXES, SUFFIXES, WORDS, make_name, make_value
+
+#: Share of each document kind among the synthetic documents; why these shares: TRAINING.md.
+KINDS: dict[str, float] = {
+    "needles": 0.45,
+    "table": 0.16,
+    "repeat": 0.14,
+    "tracking": 0.10,
+    "identifiers": 0.15,
+}
+
+TakeLines = Callable[[random.Random, int], list[str]]
+
+
+def _closing(template: str) -> str:
+    """The quote that follows {value} in a binding, so an answer in training is closed like the binding."""
+    after = template.split("{value}", 1)[1]
+    return after[0] if after and after[0] in "\"'" else ""
+
+
+def _spread(rng: random.Random, n: int, lo: float, hi: float) -> list[float]:
+    return sorted(rng.uniform(lo, hi) for _ in range(n))
+
+
+def _needles(rng: random.Random) -> list[tuple[float, str]]:
+    """1–8 bindings at any depth, some asked for later (each ask after its binding), distractors left unasked."""
+    events = []
+    for _ in range(rng.randint(1, 8)):
+        fam = FAMILIES[rng.choice(TRAIN_FAMILIES)]
+        name, value = make_name(rng, fam.style), make_value(rng, fam.values)
+        at = rng.uniform(0.0, 0.8)
+        events.append((at, fam.binding(name, value) + "\n"))
+        for _ in range(rng.choice((0, 1, 1, 1, 2))):
+            ask_at = rng.uniform(at + 0.02, 0.97)
+            events.append((ask_at, fam.question(name) + value + _closing(fam.bind) + "\n\n"))
+    return events
+
+
+def _table(rng: random.Random) -> list[tuple[float, str]]:
+    """A dict literal of 6–40 keys; 1–4 keys looked up later in one of several forms."""
+    var = rng.choice(("REGISTRY", "settings", "lookup", "CODES", "table", "mapping", "_defaults"))
+    kind = rng.choice(("alnum", "digits", "word"))
+    keys = list(
+        dict.fromkeys(make_name(rng, rng.choice(("snake", "kebab"))) for _ in range(rng.randint(6, 40)))
+    )
+    values = [make_value(rng, kind) for _ in keys]
+    quote = '"' if kind != "digits" else ""
+    body = "".join(f'    "{k}": {quote}{v}{quote},\n' for k, v in zip(keys, values, strict=True))
+    at = rng.uniform(0.0, 0.6)
+    events = [(at, f"{var} = {{\n{body}}}\n\n")]
+    forms = (
+        '\nassert {var}["{key}"] == {q}',
+        '\nvalue = {var}.get("{key}")  # {q}',
+        '\nprint({var}["{key}"])  # -> {q}',
+        '\nexpected["{key}"] = {q}',
+    )
+    for i in rng.sample(range(len(keys)), min(len(keys), rng.randint(1, 4))):
+        ask = rng.choice(forms).format(var=var, key=keys[i], q=quote)
+        events.append((rng.uniform(at + 0.05, 0.97), f"{ask}{values[i]}{quote}\n"))
+    return events
+
+
+def _repeat(rng: random.Random, take: TakeLines) -> list[tuple[float, str]]:
+    """A block of 6–40 lines of code that appears again, verbatim, later in the document."""
+    block = "".join(take(rng, rng.randint(6, 40) * 40))
+    at = rng.uniform(0.0, 0.5)
+    return [(at, block + "\n"), (rng.uniform(at + 0.1, 0.95), "\n" + block + "\n")]
+
+
+def _tracking(rng: random.Random) -> list[tuple[float, str]]:
+    """A variable assigned 2–5 times; asked for after the last assignment, which is the answer."""
+    name = make_name(rng, "snake")
+    kind = rng.choice(("digits", "alnum"))
+    quote = '"' if kind == "alnum" else ""
+    times = _spread(rng, rng.randint(2, 5), 0.0, 0.8)
+    events, value = [], ""
+    for t in times:
+        value = make_value(rng, kind)
+        events.append((t, f"{name} = {quote}{value}{quote}\n"))
+    ask = rng.choice(("assert {n} == {q}", "print({n})  # {q}", "# now {n} = {q}"))
+    events.append(
+        (rng.uniform(times[-1] + 0.02, 0.97), "\n" + ask.format(n=name, q=quote) + value + quote + "\n")
+    )
+    return events
+
+
+def _long_name(rng: random.Random) -> str:
+    words = [rng.choice(("compute", "build", "load", "parse", "update", "resolve", "render", "validate"))]
+    words += rng.sample(WORDS + PREFIXES + SUFFIXES, rng.randint(3, 6))
+    name = "_".join(words)
+    return "_" + name if rng.random() < 0.3 else name
+
+
+def _identifiers(rng: random.Random, take: TakeLines) -> list[tuple[float, str]]:
+    """Long functions defined once and called later: the long-identifier and `_invoice_totals` copies."""
+    events = []
+    for _ in range(rng.randint(1, 3)):
+        name = _long_name(rng)
+        args = ", ".join(rng.sample(("values", "items", "config", "limit", "path", "records", "decay"), 2))
+        body = "".join("    " + line.lstrip() for line in take(rng, 200) if line.strip())
+        at = rng.uniform(0.0, 0.6)
+        events.append((at, f"def {name}({args}):\n{body}\n\n"))
+        for _ in range(rng.randint(1, 3)):
+            call = rng.choice(("result = {n}({a})", "    return {n}({a})", "totals = [{n}(x) for x in data]"))
+            events.append((rng.uniform(at + 0.05, 0.97), "\n" + call.format(n=name, a=args) + "\n"))
+    return events
+
+
+def synthetic_document(rng: random.Random, take: TakeLines, n_chars: int, kind: str | None = None) -> str:
+    """About `n_chars` characters of code with one kind of retrieval task woven through it."""
+    kind = kind or rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+    if kind == "needles":
+        events = _needles(rng)
+    elif kind == "table":
+        events = _table(rng)
+    elif kind == "repeat":
+        events = _repeat(rng, take)
+    elif kind == "tracking":
+        events = _tracking(rng)
+    elif kind == "identifiers":
+        events = _identifiers(rng, take)
+    else:
+        raise ValueError(f"unknown synthetic document kind {kind!r}; known: {', '.join(KINDS)}")
+    lines = take(rng, n_chars)
+    cum, total = [], 0
+    for line in lines:
+        cum.append(total)
+        total += len(line)
+    placed: list[tuple[int, int, str]] = []
+    for order, (at, text) in enumerate(events):
+        target = at * total
+        index = next((i for i, c in enumerate(cum) if c >= target), len(lines))
+        while 0 < index < len(lines) and lines[index - 1].strip() and index < len(lines) - 1:
+            index += 1  # a paragraph break keeps the surrounding code readable
+            if index - 1 < len(cum) and cum[index - 1] - target > 400:
+                break
+        placed.append((index, order, text))
+    out = list(lines)
+    for index, _, text in sorted(placed, reverse=True):
+        out.insert(index, text)
+    return "".join(out)
+
+
+def code_taker(texts: Sequence[str]) -> TakeLines:
+    """`take(rng, n_chars)`: consecutive lines of a random training file, continuing into others as needed."""
+
+    def take(rng: random.Random, n_chars: int) -> list[str]:
+        out: list[str] = []
+        size = 0
+        while size < n_chars:
+            lines = texts[rng.randrange(len(texts))].splitlines(keepends=True)
+            if not lines:
+                continue
+            for line in lines[rng.randrange(len(lines)) :]:
+                out.append(line)
+                size += len(line)
+                if size >= n_chars:
+                    break
+        return out
+
+    return take
