@@ -28,6 +28,7 @@ from app.widgets.heatmap import RetentionHeatmap
 from app.widgets.session_panel import SessionPanel, find_cached_models
 from app.widgets.sweep_panel import SweepPanel
 from app.window_parts import StatsPane, StatusArea, build_menus
+from kvcore import model_checks
 from kvcore.resources import demo_model_dir, prompts_dir, resources_dir
 
 #: Dense continuation computed at prefill: the reference every compressed run is measured against.
@@ -174,6 +175,10 @@ class MainWindow(QMainWindow):
             return None
         if self.model_info is None and self.engine.latest_id("load") is None:
             self._error("No model loaded", "Load a model before Prefill.")
+            return None
+        info = self.model_info
+        if info is not None and info.attention_sinks and self.controls.config()["bits"] is not None:
+            self._error("Quantized KV is not possible", model_checks.sinks_refusal(info.model_type))
             return None
         use_template, system = self.sessionPanel.chat_template()
         rid = self.engine.submit(

@@ -226,6 +226,8 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
         check_group_size(configs, session.info.head_dim)
     except ValueError as exc:
         raise UsageError(f"--group-size: {exc}") from None
+    for cfg in configs:  # every other refusal (attention sinks) before the prefill
+        session.check_config(cfg)
     if args.system_prompt is not None and not session.has_chat_template:
         raise UsageError(
             f"--system-prompt: the tokenizer of {session.info.name} has no chat template to put it in; "
