@@ -30,8 +30,12 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--methods", default=",".join(DEFAULT_PROBE_METHODS))
     s.add_argument("--ratios", default=",".join(map(str, DEFAULT_PROBE_RATIOS)))
     s.add_argument("--bits", default="16", help="comma-separated, e.g. 4,16 (16 = unquantized)")
-    s.add_argument("--depths", default=",".join(map(str, DEFAULT_PROBE_DEPTHS)), help="needle depths in [0, 1]")
-    s.add_argument("--lengths", default=",".join(map(str, DEFAULT_PROBE_LENGTHS)), help="prompt lengths in tokens")
+    s.add_argument(
+        "--depths", default=",".join(map(str, DEFAULT_PROBE_DEPTHS)), help="needle depths in [0, 1]"
+    )
+    s.add_argument(
+        "--lengths", default=",".join(map(str, DEFAULT_PROBE_LENGTHS)), help="prompt lengths in tokens"
+    )
     s.add_argument(
         "--families",
         default=",".join(HELDOUT_FAMILIES),
