@@ -2,6 +2,7 @@
 
   kvlens compress -p "TEXT" --method snapkv --ratio 0.25 --bits 4 [--csv S] [--positions P] [--json]
   kvlens sweep --prompt-file F --methods snapkv,h2o --ratios 0.1,0.25,0.5 --bits 4,8,16 --csv out.csv
+               [--plot frontier.png --metric kl_mean]     (ratios may also be a range: 0.1:0.5:0.1)
   kvlens probe --methods snapkv,streaming_llm --ratios 0.25,0.5 --depths 0.1,0.5,0.9 --lengths 800,1600 --csv p.csv
 
 The prompt comes from exactly one of `--prompt/-p TEXT`, `--prompt -` (standard input) or `--prompt-file F`;
@@ -18,34 +19,22 @@ import itertools
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from kvcore.defaults import (
     ALLOWED_BITS,
-    ALLOWED_GROUP_SIZES,
     DEFAULT_SCHEDULE,
     SCHEDULE_HELP,
     SCHEDULES,
     UNQUANTIZED_BITS,
 )
-from kvcore.export import STATS_COLUMNS, write_csv, write_json
+from kvcore.export import STATS_COLUMNS, SWEEP_COLUMNS, write_csv, write_json
+from kvcore.export import SUMMARY_COLUMNS as SUMMARY_COLUMNS  # noqa: F401 (re-exported: its old home)
+from kvcore.frontier import DEFAULT_METRIC, METRICS
 from kvcore.probes import cli as probe_cli
 from kvcore.resources import demo_model_dir
-
-SUMMARY_COLUMNS = (
-    "agreement",
-    "kl_mean",
-    "kl_max",
-    "nll_delta",
-    "first_divergence",
-    "compared_tokens",
-    "bytes_dense_total",
-    "bytes_compressed_total",
-    "compression_ratio",
-    "recompress_ms",
-    "regenerate_ms",
-)
 
 
 class UsageError(ValueError):
@@ -102,8 +91,15 @@ def _parser() -> argparse.ArgumentParser:
             s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
         else:
             s.add_argument("--methods", default="snapkv")
-            s.add_argument("--ratios", default="0.1,0.25,0.5")
+            s.add_argument("--ratios", default="0.1,0.25,0.5", help="a list (0.1,0.25) or start:stop:step")
             s.add_argument("--bits", default="16", help="comma-separated, e.g. 4,8,16")
+            s.add_argument("--plot", type=Path, help="write the memory-quality frontier as PNG or SVG")
+            s.add_argument(
+                "--metric",
+                choices=[m for m in METRICS if m != "needle_recall"],
+                default=DEFAULT_METRIC,
+                help=f"the frontier plot's quality axis (default {DEFAULT_METRIC})",
+            )
     return p
 
 
@@ -223,40 +219,49 @@ def _config(args: argparse.Namespace, method: str, ratio: float, bits: int) -> A
     )
 
 
-def _summary(metrics: dict) -> dict:
-    out = {k: metrics.get(k) for k in SUMMARY_COLUMNS}
-    out["bytes_dense_total"] = metrics["bytes_dense"]
-    out["bytes_compressed_total"] = metrics["bytes_compressed"]
-    return out
+#: Draws a sweep's frontier to a PNG/SVG path: (points, path, metric key). The `kvlens` entry point passes the
+#: app's Qt writer (app.frontier_export), so kvcore never imports Qt and the file shows what the app shows.
+PlotWriter = Callable[[Sequence[Any], Path, str], None]
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
     prompt = _prompt(args)
     if args.system_prompt is not None and not args.chat_template:
         raise UsageError(
             "--system-prompt needs the chat template: drop --no-chat-template or --system-prompt"
         )
-    for out in (args.csv, getattr(args, "positions", None)):
+    for out in (args.csv, getattr(args, "positions", None), getattr(args, "plot", None)):
         _check_output(out)
+    if getattr(args, "plot", None) is not None:
+        if args.plot.suffix.lower() not in (".png", ".svg"):
+            raise UsageError(f"--plot {args.plot}: write a .png or .svg file")
+        if plot_writer is None:
+            raise UsageError("--plot draws with Qt: run it as 'kvlens sweep …' (python -m app sweep …)")
     if args.command == "compress":
         configs = [_config(args, args.method, args.ratio, args.bits)]
     else:
+        from kvcore.sweep import parse_ratios
+
         methods = _split(args.methods, str, "methods")
-        ratios = _split(args.ratios, float, "ratios")
+        try:
+            ratios = parse_ratios(args.ratios)
+        except ValueError as exc:
+            raise UsageError(f"--ratios: {exc}") from None
         bits = _split(args.bits, int, "bits")
         configs = [_config(args, m, r, b) for m, r, b in itertools.product(methods, ratios, bits)]
     if args.tokens < 1:
         raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
 
     from kvcore.session import Session
+    from kvcore.sweep import check_group_size
 
     session = Session.load(args.model)
-    for cfg in configs:
-        if cfg.bits is not None and session.info.head_dim % cfg.group_size:
-            raise UsageError(
-                f"--group-size {cfg.group_size} does not divide head_dim {session.info.head_dim} "
-                f"of this model: use {[g for g in ALLOWED_GROUP_SIZES if session.info.head_dim % g == 0]}"
-            )
+    try:
+        check_group_size(configs, session.info.head_dim)
+    except ValueError as exc:
+        raise UsageError(f"--group-size: {exc}") from None
+    for cfg in configs:  # every other refusal (attention sinks) before the prefill
+        session.check_config(cfg)
     if args.system_prompt is not None and not session.has_chat_template:
         raise UsageError(
             f"--system-prompt: the tokenizer of {session.info.name} has no chat template to put it in; "
@@ -265,58 +270,69 @@ def _run(args: argparse.Namespace) -> int:
     session.prefill(
         prompt, n_tokens=args.tokens, chat_template=args.chat_template, system_prompt=args.system_prompt
     )
-    rows: list[dict] = []
-    summaries = []
-    for i, cfg in enumerate(configs):
-        state = session.compress(cfg)
-        regen = session.regenerate(state)
-        summary = _summary(regen.metrics)
-        summaries.append((cfg, summary, state, regen))
-        extra = summary if args.command == "sweep" else {}
-        rows.extend({**r, **extra} for r in state.stats_rows)
-        if args.command == "sweep":
-            _progress(i + 1, len(configs), cfg)
-    if args.command == "sweep":
-        sys.stderr.write("\n")
-    if args.csv is not None:
-        write_csv(args.csv, rows, STATS_COLUMNS + (SUMMARY_COLUMNS if args.command == "sweep" else ()))
     if args.command == "compress":
-        cfg, summary, state, regen = summaries[0]
-        if args.positions is not None:
-            write_json(
-                args.positions,
+        return _compress(args, session, configs[0])
+    return _sweep(args, session, configs, plot_writer)
+
+
+def _sweep(args: argparse.Namespace, session: Any, configs: list, plot_writer: PlotWriter | None) -> int:
+    from kvcore.sweep import run_sweep
+
+    points = list(
+        run_sweep(session, configs, on_progress=lambda done, total, p: _progress(done, total, p.config))
+    )
+    sys.stderr.write("\n")
+    rows = [row for p in points for row in p.csv_rows()]
+    if args.csv is not None:
+        write_csv(args.csv, rows, SWEEP_COLUMNS)
+    if args.plot is not None and plot_writer is not None:
+        plot_writer(points, args.plot, args.metric)
+    written = [str(p) for p in (args.csv, args.plot) if p is not None]
+    print(
+        f"{len(configs)} configurations; {len(rows)} rows"
+        + (f" written to {', '.join(written)}" if written else "")
+    )
+    return 0
+
+
+def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
+    from kvcore.sweep import summary_row
+
+    state = session.compress(cfg)
+    regen = session.regenerate(state)
+    summary = summary_row(regen.metrics)
+    if args.csv is not None:
+        write_csv(args.csv, state.stats_rows, STATS_COLUMNS)
+    if args.positions is not None:
+        write_json(
+            args.positions,
+            {
+                "model": session.info.path,
+                "prompt_tokens": session.prompt_ids,
+                "chat_template": session.chat_template_applied,
+                "method": cfg.method,
+                "schedule": cfg.schedule,
+                "ratio": cfg.ratio,
+                "bits": cfg.bits or 16,
+                "layers": [
+                    {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
+                ],
+            },
+        )
+    if args.json:
+        print(
+            json.dumps(
                 {
-                    "model": session.info.path,
-                    "prompt_tokens": session.prompt_ids,
-                    "chat_template": session.chat_template_applied,
                     "method": cfg.method,
                     "schedule": cfg.schedule,
                     "ratio": cfg.ratio,
                     "bits": cfg.bits or 16,
-                    "layers": [
-                        {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
-                    ],
-                },
+                    **summary,
+                }
             )
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "method": cfg.method,
-                        "schedule": cfg.schedule,
-                        "ratio": cfg.ratio,
-                        "bits": cfg.bits or 16,
-                        **summary,
-                    }
-                )
-            )
-        else:
-            _print_human(session, summary, regen.tokens)
-    else:
-        print(
-            f"{len(configs)} configurations; {len(rows)} rows"
-            + (f" written to {args.csv}" if args.csv else "")
         )
+    else:
+        _print_human(session, summary, regen.tokens)
     return 0
 
 
@@ -339,13 +355,13 @@ def _print_human(session: Any, summary: dict, tokens: list[int]) -> None:
         print(f"{k:>24}: {v:.4g}" if isinstance(v, float) else f"{k:>24}: {v}")
 
 
-def main(argv: list[str]) -> int:
-    """Entry point for `kvlens <subcommand>`; returns the exit status."""
+def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
+    """Entry point for `kvlens <subcommand>`; returns the exit status. `plot_writer` draws `sweep --plot`."""
     from kvcore.loading import ModelLoadError
 
     args = _parser().parse_args(argv)
     try:
-        return _run_probe(args) if args.command == "probe" else _run(args)
+        return _run_probe(args) if args.command == "probe" else _run(args, plot_writer)
     except (UsageError, ModelLoadError, ValueError) as exc:
         print(f"kvlens: error: {exc}", file=sys.stderr)
         return 2

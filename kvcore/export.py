@@ -37,6 +37,24 @@ CONFIG_COLUMNS: tuple[str, ...] = STATS_COLUMNS[: STATS_COLUMNS.index("layer")]
 PINNED_COLUMNS: tuple[str, ...] = (*(f"pinned_{c}" for c in CONFIG_COLUMNS), "jaccard_vs_pinned")
 
 
+#: Appended to every row of a `kvlens sweep` CSV (and the app's sweep export): the configuration's summary.
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "agreement",
+    "kl_mean",
+    "kl_max",
+    "nll_delta",
+    "first_divergence",
+    "compared_tokens",
+    "bytes_dense_total",
+    "bytes_compressed_total",
+    "compression_ratio",
+    "recompress_ms",
+    "regenerate_ms",
+)
+#: The columns of a sweep CSV, in order.
+SWEEP_COLUMNS: tuple[str, ...] = STATS_COLUMNS + SUMMARY_COLUMNS
+
+
 def stats_columns(pinned: bool) -> tuple[str, ...]:
     """The statistics columns, with PINNED_COLUMNS when a configuration is pinned."""
     return STATS_COLUMNS + PINNED_COLUMNS if pinned else STATS_COLUMNS

@@ -17,7 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from kvcore import attention
+from kvcore import attention, model_checks
 from kvcore.prompting import has_chat_template
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -41,6 +41,7 @@ class ModelInfo:
     max_context: int | None
     vocab_size: int | None
     has_chat_template: bool = False  # the tokenizer's; prefill applies it by default, as mlx_lm.generate does
+    attention_sinks: bool = False  # learned sinks (gpt_oss): mlx-lm's quantized attention cannot run them
 
 
 def hf_cache_dir() -> Path:
@@ -88,6 +89,12 @@ def load(spec: str) -> tuple[nn.Module, Any, ModelInfo]:
     import mlx_lm
 
     path = resolve(spec)
+    config = None
+    if path.exists():
+        try:
+            config = model_checks.check_config(path)
+        except ValueError as exc:
+            raise ModelLoadError(str(exc)) from None
     try:
         model, tokenizer, config = mlx_lm.load(
             str(path),
@@ -104,14 +111,24 @@ def load(spec: str) -> tuple[nn.Module, Any, ModelInfo]:
                 f"{spec}: not in the local Hugging Face cache ({hf_cache_dir()}) and could not be downloaded "
                 f"({first}); download it on a machine with a network, or choose a local folder"
             ) from exc
+        explained = model_checks.explain_load_error(exc, path, config)
+        if explained is not None:
+            raise ModelLoadError(explained) from exc
         raise ModelLoadError(f"{path}: mlx-lm could not load this model: {first}") from exc
+    if not path.exists():  # downloaded by repo id: the same refusals, now that its config is known
+        try:
+            model_checks.check_family(config, f"the config.json of {spec}")
+        except ValueError as exc:
+            raise ModelLoadError(str(exc)) from None
     try:
         attention.install(model)
     except attention.UnsupportedArchitecture as exc:
         raise ModelLoadError(str(exc)) from exc
     upcast_on_cpu(model)
     info = dataclasses.replace(
-        model_info(model, config, path), has_chat_template=has_chat_template(tokenizer)
+        model_info(model, config, path),
+        has_chat_template=has_chat_template(tokenizer),
+        attention_sinks=model_checks.has_attention_sinks(model),
     )
     return model, tokenizer, info
 

@@ -26,7 +26,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from kvcore import caches, loading, metrics, prompting
+from kvcore import caches, loading, metrics, model_checks, prompting
 from kvcore.capture import Cancelled, CaptureResult, prefill_with_capture
 from kvcore.defaults import (
     ALLOWED_BITS,
@@ -343,15 +343,23 @@ class Session:
             self._rankings[key] = rank(observed.observations, config.method, config.params())
         return self._rankings[key]
 
-    def compress(self, config: CompressionConfig) -> CompressedState:
-        """Select, gather and (optionally) quantize a compressed copy of the prefilled cache. No prefill."""
-        self._check_thread()
-        observed = self._observed(config.schedule)
-        if config.bits is not None and self.info.head_dim % config.group_size:
+    def check_config(self, config: CompressionConfig) -> None:
+        """Refuse a config this model cannot run, before any work (the CLI calls it before the prefill)."""
+        if config.bits is None:
+            return
+        if self.info.attention_sinks:
+            raise ValueError(model_checks.sinks_refusal(self.info.model_type))
+        if self.info.head_dim % config.group_size:
             raise ValueError(
                 f"group size {config.group_size} does not divide head_dim {self.info.head_dim}: "
                 f"choose one of {[g for g in ALLOWED_GROUP_SIZES if self.info.head_dim % g == 0]}"
             )
+
+    def compress(self, config: CompressionConfig) -> CompressedState:
+        """Select, gather and (optionally) quantize a compressed copy of the prefilled cache. No prefill."""
+        self._check_thread()
+        observed = self._observed(config.schedule)
+        self.check_config(config)
         start = time.perf_counter()
         ranking = self.ranking(config)
         selection = select(ranking, config.ratio, per_head=config.per_head)

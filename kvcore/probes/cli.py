@@ -13,6 +13,7 @@ import argparse
 import itertools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kvcore.defaults import (
@@ -43,6 +44,7 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     )
     s.add_argument("--seeds", type=int, default=1, help="prompts per (depth, length, family) cell")
     s.add_argument("--seed", type=int, default=0, help="first seed")
+    s.add_argument("--csv", type=Path, help="one row per (probe, configuration), the dense cache's included")
 
 
 def plan(args: argparse.Namespace, split: Callable[[str, type, str], list]) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ def test_compress_writes_csv_positions_and_json(model_dirs, prompt_file, tmp_pat
 def test_sweep_one_prefill_every_combination(model_dirs, prompt_file, tmp_path, capsys):
     out = tmp_path / "sweep.csv"
     argv = ["sweep", "--model", str(model_dirs["qwen3"]), "--prompt-file", str(prompt_file), "--tokens", "4"]
-    argv += ["--methods", "snapkv,knorm", "--ratios", "0.25,0.5", "--bits", "4,16", "--csv", str(out)]
+    argv += ["--methods", "snapkv,knorm", "--ratios", "0.25:0.5:0.25", "--bits", "4,16", "--csv", str(out)]
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "8/8" in err
@@ -64,6 +64,21 @@ def test_sweep_one_prefill_every_combination(model_dirs, prompt_file, tmp_path, 
     for method, retention, bits in combos:
         if bits == "4":  # packing at 4 bits stores fewer bytes than the same selection unquantized
             assert ratio[method, retention, "4"] < ratio[method, retention, "16"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--plot", "f.png"], "draws with Qt"),
+        (["--plot", "f.txt"], "write a .png or .svg"),
+        (["--ratios", "0.5:0.1:0.1"], "--ratios"),
+    ],
+)
+def test_bad_sweep_options_exit_2_before_any_work(tmp_path, prompt_file, capsys, extra, message):
+    argv = ["sweep", "--model", str(tmp_path / "no-such-model"), "--prompt-file", str(prompt_file)]
+    assert main([*argv, *[str(tmp_path / a) if a.startswith("f.") else a for a in extra]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvlens: error:") and message in err and "\n" not in err
 
 
 @pytest.mark.parametrize(

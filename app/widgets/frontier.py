@@ -1,0 +1,299 @@
+"""The memory–quality frontier of a sweep: bytes on x, a chosen metric on y, one colour and marker per method.
+
+Each method's points are joined through its ratios (one line per bit width, dashed when quantized); the Pareto
+frontier over all points (kvcore.frontier) is drawn on top and listed beside the plot. Hovering a point says
+its configuration and metrics; clicking one emits `pointClicked` with its index so the window can apply it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
+
+from app.pinning import config_label
+from app.widgets.plot_export import export_graphics
+from kvcore.frontier import DEFAULT_METRIC, METRICS, metric_value, pareto_front
+from kvcore.sweep import SweepPoint
+
+#: A KL of exactly 0 (the dense cache, or a "full" method) drawn at this height on the log axis.
+LOG_FLOOR = 1e-6
+#: How close (in screen pixels) the pointer must come to a point for hover and click.
+HIT_PIXELS = 12
+X_PERCENT, X_BYTES = "percent", "bytes"
+SYMBOLS = ("o", "s", "t", "d", "star", "p", "h", "t1", "+", "x", "t2", "t3")
+PALETTE = (
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+)
+FRONTIER_PEN = pg.mkPen((20, 20, 20), width=2, style=Qt.PenStyle.DashLine)
+
+
+def point_text(point: SweepPoint) -> str:
+    """A point's configuration and metrics in one line (hover, frontier list)."""
+    m = point.metrics
+    parts = [config_label(point.config.to_dict()), f"{point.percent_of_dense:.1f} % of dense ({_kib(point)})"]
+    for key, name in (("kl_mean", "KL"), ("agreement", "agreement"), ("nll_delta", "NLL Δ")):
+        value = m.get(key)
+        if value is not None:
+            parts.append(f"{name} {value:.4g}")
+    first = m.get("first_divergence")
+    parts.append(f"first divergence {'none' if first is None else first}")
+    if m.get("needle_recall") is not None:
+        parts.append(f"needle recall {m['needle_recall']:.2f}")
+    return " · ".join(parts)
+
+
+def _kib(point: SweepPoint) -> str:
+    return f"{point.bytes_compressed / 1024:,.1f} KiB"
+
+
+class FrontierPlot(QWidget):
+    """Scatter + per-method lines + Pareto frontier; `pointClicked(index)` and `hoverInfo(text)` signals."""
+
+    pointClicked = Signal(int)  # noqa: N815 (Qt signal naming)
+    hoverInfo = Signal(str)  # noqa: N815
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("frontierPlotWidget")
+        self._points: list[SweepPoint] = []
+        self._front: list[int] = []
+        self._hovered: int | None = None
+
+        self.metricCombo = QComboBox(objectName="frontierMetricCombo")
+        self.xCombo = QComboBox(objectName="frontierXCombo")
+        self.xCombo.addItem("bytes, % of dense", X_PERCENT)
+        self.xCombo.addItem("bytes", X_BYTES)
+        self.exportImageButton = QPushButton("Export image…", objectName="frontierExportImageButton")
+        self.exportImageButton.setToolTip("Save the frontier plot as PNG or SVG")
+        self.view = pg.PlotWidget(objectName="frontierPlot", background="w")
+        self.plot: pg.PlotItem = self.view.getPlotItem()
+        self.plot.showGrid(x=True, y=True, alpha=0.25)
+        self.legend = self.plot.addLegend(offset=(-10, 10))
+        self.frontierList = QListWidget(objectName="frontierList")
+        self.frontierList.setToolTip(
+            "The Pareto frontier: no other point has fewer bytes and a better metric"
+        )
+        self.frontierLabel = QLabel("Pareto frontier", objectName="frontierLabel")
+
+        top = QHBoxLayout()
+        top.addWidget(QLabel("y"))
+        top.addWidget(self.metricCombo, 1)
+        top.addWidget(QLabel("x"))
+        top.addWidget(self.xCombo)
+        top.addWidget(self.exportImageButton)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.view, 3)
+        layout.addWidget(self.frontierLabel)
+        layout.addWidget(self.frontierList, 1)
+
+        self._fill_metrics()
+        self.metricCombo.currentIndexChanged.connect(self._redraw)
+        self.xCombo.currentIndexChanged.connect(self._redraw)
+        self.view.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.view.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+        self.frontierList.itemActivated.connect(
+            lambda item: self.pointClicked.emit(item.data(Qt.ItemDataRole.UserRole))
+        )
+        self._redraw()
+
+    # -- data ---------------------------------------------------------------------------------------
+
+    def set_points(self, points: Sequence[SweepPoint]) -> None:
+        self._points = list(points)
+        self._fill_metrics()
+        self._redraw()
+
+    def add_point(self, point: SweepPoint) -> None:
+        self.set_points([*self._points, point])
+
+    def clear(self) -> None:
+        self.set_points([])
+
+    def points(self) -> list[SweepPoint]:
+        return list(self._points)
+
+    def frontier(self) -> list[int]:
+        """Indices (into points()) of the Pareto frontier for the metric shown, ordered by bytes."""
+        return list(self._front)
+
+    def metric(self) -> str:
+        return self.metricCombo.currentData() or DEFAULT_METRIC
+
+    def set_metric(self, key: str) -> None:
+        index = self.metricCombo.findData(key)
+        if index < 0:
+            raise ValueError(
+                f"metric {key!r} is not available here; choose one of {', '.join(self._metric_keys())}"
+            )
+        self.metricCombo.setCurrentIndex(index)
+
+    def x_mode(self) -> str:
+        return self.xCombo.currentData()
+
+    def set_x_mode(self, mode: str) -> None:
+        self.xCombo.setCurrentIndex(self.xCombo.findData(mode))
+
+    def xy(self) -> tuple[np.ndarray, np.ndarray]:
+        """The plotted coordinates of every point, in data units (y before any log floor)."""
+        key = self.metric()
+        xs = [
+            p.percent_of_dense if self.x_mode() == X_PERCENT else float(p.bytes_compressed)
+            for p in self._points
+        ]
+        ys = [metric_value(p.metrics, key) for p in self._points]
+        return np.array(xs, dtype=float), np.array(ys, dtype=float)
+
+    def has_data(self) -> bool:
+        return bool(self._points)
+
+    def export_image(self, path: str | os.PathLike[str]) -> None:
+        export_graphics(self.plot, path)
+
+    # -- hit testing ----------------------------------------------------------------------------------
+
+    def scene_position(self, index: int) -> QPointF:
+        """Where point `index` is drawn, in scene coordinates (log axes taken into account)."""
+        xs, ys = self._display_xy()
+        return self.plot.vb.mapViewToScene(QPointF(float(xs[index]), float(ys[index])))
+
+    def widget_position(self, index: int):  # noqa: ANN201 (QPoint)
+        """Where point `index` is drawn, in the plot view's viewport coordinates (for a real mouse event)."""
+        return self.view.mapFromScene(self.scene_position(index))
+
+    def point_at(self, scene_pos: QPointF) -> int | None:
+        """The point nearest `scene_pos` within HIT_PIXELS, or None."""
+        if not self._points or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        best, best_d = None, float(HIT_PIXELS)
+        for i in range(len(self._points)):
+            p = self.scene_position(i)
+            d = math.hypot(p.x() - scene_pos.x(), p.y() - scene_pos.y())
+            if d <= best_d:
+                best, best_d = i, d
+        return best
+
+    def _on_mouse_moved(self, scene_pos: QPointF) -> None:
+        index = self.point_at(scene_pos)
+        if index == self._hovered:
+            return
+        self._hovered = index
+        text = "" if index is None else point_text(self._points[index])
+        self.view.setToolTip(text)
+        self.hoverInfo.emit(text)
+
+    def _on_mouse_clicked(self, event) -> None:  # noqa: ANN001 (pyqtgraph MouseClickEvent)
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        index = self.point_at(event.scenePos())
+        if index is not None:
+            event.accept()
+            self.pointClicked.emit(index)
+
+    # -- drawing --------------------------------------------------------------------------------------
+
+    def _metric_keys(self) -> list[str]:
+        present = {k for p in self._points for k, v in p.metrics.items() if v is not None}
+        return [k for k in METRICS if k != "needle_recall" or "needle_recall" in present]
+
+    def _fill_metrics(self) -> None:
+        keys = self._metric_keys()
+        if [self.metricCombo.itemData(i) for i in range(self.metricCombo.count())] == keys:
+            return
+        current = self.metricCombo.currentData() or DEFAULT_METRIC
+        self.metricCombo.blockSignals(True)
+        self.metricCombo.clear()
+        for k in keys:
+            self.metricCombo.addItem(METRICS[k].label, k)
+        self.metricCombo.setCurrentIndex(max(self.metricCombo.findData(current), 0))
+        self.metricCombo.blockSignals(False)
+
+    def _display_xy(self) -> tuple[np.ndarray, np.ndarray]:
+        """Coordinates in the ViewBox (log10 of y on a log axis, floored at LOG_FLOOR)."""
+        xs, ys = self.xy()
+        if METRICS[self.metric()].log:
+            ys = np.log10(np.maximum(ys, LOG_FLOOR))
+        return xs, ys
+
+    def _redraw(self) -> None:
+        metric = METRICS[self.metric()]
+        self.plot.clear()
+        self.legend.clear()
+        self.plot.setLogMode(x=False, y=metric.log)
+        unit = "B" if self.x_mode() == X_BYTES else "%"
+        self.plot.setLabel(
+            "bottom",
+            "compressed KV cache" + (" (% of dense)" if unit == "%" else ""),
+            units=unit if unit == "B" else None,
+        )
+        self.plot.setLabel("left", metric.label + (" ↑" if metric.higher_is_better else " ↓"))
+        xs, ys = self.xy()
+        plotted_y = np.maximum(ys, LOG_FLOOR) if metric.log else ys
+        methods = list(dict.fromkeys(p.config.method for p in self._points))
+        for m_index, method in enumerate(methods):
+            colour = PALETTE[m_index % len(PALETTE)]
+            symbol = SYMBOLS[m_index % len(SYMBOLS)]
+            for b_index, bits in enumerate(
+                sorted({p.config.bits or 16 for p in self._points if p.config.method == method}, reverse=True)
+            ):
+                idx = sorted(
+                    (
+                        i
+                        for i, p in enumerate(self._points)
+                        if p.config.method == method and (p.config.bits or 16) == bits
+                    ),
+                    key=lambda i: self._points[i].config.ratio,
+                )
+                style = Qt.PenStyle.SolidLine if bits == 16 else Qt.PenStyle.DashLine
+                item = pg.PlotDataItem(
+                    xs[idx],
+                    plotted_y[idx],
+                    pen=pg.mkPen(colour, width=1.5, style=style),
+                    symbol=symbol,
+                    symbolBrush=pg.mkBrush(*colour),
+                    symbolPen=pg.mkPen(colour),
+                    symbolSize=9,
+                    name=method if b_index == 0 else None,
+                )
+                self.plot.addItem(item)
+        self._front = pareto_front(xs.tolist(), ys.tolist(), metric.higher_is_better)
+        if self._front:
+            self.plot.addItem(
+                pg.PlotDataItem(
+                    xs[self._front],
+                    plotted_y[self._front],
+                    pen=FRONTIER_PEN,
+                    symbol="o",
+                    symbolSize=15,
+                    symbolBrush=None,
+                    symbolPen=pg.mkPen((20, 20, 20), width=1.5),
+                    name="Pareto frontier",
+                )
+            )
+        self._fill_frontier_list()
+
+    def _fill_frontier_list(self) -> None:
+        self.frontierList.clear()
+        for i in self._front:
+            self.frontierList.addItem(point_text(self._points[i]))
+            self.frontierList.item(self.frontierList.count() - 1).setData(Qt.ItemDataRole.UserRole, i)
+        self.frontierLabel.setText(f"Pareto frontier: {len(self._front)} of {len(self._points)} points")
+
+    def frontier_texts(self) -> list[str]:
+        return [self.frontierList.item(i).text() for i in range(self.frontierList.count())]

@@ -1,0 +1,58 @@
+"""Refusals in the window: a dialog with one line naming the problem and the fix, before any prefill."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from app.main_window import MainWindow
+from app.widgets.controls import BITS_STEPS
+from tests.app.waiting import wait_until
+from tests.model_factory import build_model
+
+PROMPT = "def area(width, height):\n    return width * height\n"
+
+
+def _dialog(window: MainWindow) -> QMessageBox:
+    wait_until(lambda: window.findChild(QMessageBox, "errorBox") is not None)
+    return window.findChild(QMessageBox, "errorBox")
+
+
+def test_quantized_kv_on_attention_sinks_is_a_dialog_before_prefill(qapp, tmp_path):
+    folder = build_model(tmp_path / "gpt_oss", "gpt_oss")
+    window = MainWindow(model=str(folder), settings_path=tmp_path / "s.json", continuation_tokens=2)
+    window.show()
+    try:
+        wait_until(lambda: window.model_info is not None)
+        assert window.model_info.attention_sinks
+        window.controls.bitsSlider.setValue(BITS_STEPS.index(4))
+        window.sessionPanel.promptEdit.setPlainText(PROMPT)
+        QTest.mouseClick(window.sessionPanel.prefillButton, Qt.MouseButton.LeftButton)
+        text = _dialog(window).text()
+        assert "attention sinks" in text and "choose 16 bits" in text and "\n" not in text
+        assert window.engine.latest_id("prefill") is None and not window.displayed_ids
+    finally:
+        window.close()
+        QApplication.processEvents()
+
+
+def test_config_without_model_type_is_a_load_dialog(qapp, model_dirs, tmp_path):
+    folder = tmp_path / "no-type"
+    shutil.copytree(model_dirs["llama"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    del config["model_type"]
+    (folder / "config.json").write_text(json.dumps(config))
+    window = MainWindow(model=None, settings_path=tmp_path / "s.json", continuation_tokens=2)
+    window.show()
+    try:
+        window.load_model(str(folder))
+        box = _dialog(window)
+        assert box.windowTitle() == "Could not load the model"
+        assert f"{folder / 'config.json'} has no 'model_type'" in box.text() and window.model_info is None
+    finally:
+        window.close()
+        QApplication.processEvents()
