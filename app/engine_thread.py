@@ -38,6 +38,10 @@ class JobContext:
     def progress(self, fraction: float, text: str = "") -> None:
         self._engine.progressed.emit(self.request_id, text, float(fraction))
 
+    def publish(self, value: Any) -> None:
+        """Hand a partial result to the GUI now (a sweep's finished point), while the job goes on."""
+        self._engine.partialResult.emit(JobResult(self.request_id, self.kind, value, 0.0))
+
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
@@ -69,6 +73,7 @@ class EngineThread(QThread):
     """Runs submitted jobs one at a time on a single thread; signals reach the GUI through queued connections."""
 
     resultReady = Signal(object)
+    partialResult = Signal(object)  # JobResult of a value a running job published (JobContext.publish)
     failed = Signal(object)
     progressed = Signal(int, str, float)
     busyChanged = Signal(bool, str)
@@ -103,11 +108,16 @@ class EngineThread(QThread):
     def is_current(self, request_id: int, kind: str) -> bool:
         return self.latest_id(kind) == request_id
 
-    def cancel(self) -> None:
-        """Cancel the running job and drop every pending one."""
+    def cancel(self, kind: str | None = None) -> None:
+        """Cancel the running job and drop every pending one; with `kind`, only jobs of that kind.
+
+        Thread-safe: it only sets an event and edits the queue under the lock."""
         with self._cv:
-            self._pending.clear()
-            if self._current is not None:
+            if kind is None:
+                self._pending.clear()
+            else:
+                self._pending = deque(p for p in self._pending if p[1] != kind)
+            if self._current is not None and kind in (None, self._current.kind):
                 self._current._cancel.set()
 
     def shutdown(self, timeout_ms: int = 10000) -> None:

@@ -14,6 +14,7 @@ from app.engine_thread import Cancelled, Job, JobContext
 from app.view_model import CompressionView, LoadedModel, SequenceView, compression_view, sequence_view
 from kvcore import capture
 from kvcore.session import CompressionConfig, Session
+from kvcore.sweep import SweepPoint, run_sweep
 
 SESSION = "session"
 
@@ -110,5 +111,28 @@ def compress(
         view = compression_view(session, state, regen)
         view.request_id = ctx.request_id
         return view
+
+    return job
+
+
+def sweep(configs: list[dict[str, Any]]) -> Job:
+    """Run a sweep over the current prefill, publishing each finished point (kvcore.sweep.SweepPoint) at once;
+    returns them all. Cancel keeps what was published (the job then ends as cancelled)."""
+
+    def job(ctx: JobContext) -> list[SweepPoint]:
+        session = _session(ctx)
+        cfgs = [CompressionConfig.from_dict(c) for c in configs]
+
+        def progress(done: int, total: int, point: SweepPoint) -> None:
+            ctx.progress(
+                done / total, f"Sweep {done}/{total}: {point.config.method} r={point.config.ratio:g}"
+            )
+
+        points = []
+        for point in run_sweep(session, cfgs, should_cancel=ctx.cancelled, on_progress=progress):
+            points.append(point)
+            ctx.publish(point)
+        ctx.check_cancelled()
+        return points
 
     return job

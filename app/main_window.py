@@ -18,22 +18,24 @@ from app import jobs
 from app.arrow_keys import ArrowKeyGuard
 from app.engine_thread import EngineThread, JobFailure, JobResult
 from app.pinning import PinController
-from app.plot_exports import ask_image_path, export_plot
+from app.plot_exports import ask_image_path, export_plot, export_rows
 from app.settings import Settings
+from app.sweeping import SweepController
 from app.view_model import CompressionView, LoadedModel, SequenceView
 from app.widgets.comparison import ComparisonView, MetricsPanel
 from app.widgets.controls import CompressionControls
 from app.widgets.heatmap import RetentionHeatmap
 from app.widgets.session_panel import SessionPanel, find_cached_models
+from app.widgets.sweep_panel import SweepPanel
 from app.window_parts import StatsPane, StatusArea, build_menus
-from kvcore import export, model_checks
+from kvcore import model_checks
 from kvcore.resources import demo_model_dir, prompts_dir, resources_dir
 
 #: Dense continuation computed at prefill: the reference every compressed run is measured against.
 CONTINUATION_TOKENS = 32
 DEFAULT_SIZE = (1440, 900)
 #: Jobs long enough that the run buttons wait for them (a recompress does not block Prefill).
-LONG_KINDS = {"load": "Loading model", "prefill": "Prefilling", "extend": "Generating"}
+LONG_KINDS = {"load": "Loading model", "prefill": "Prefilling", "extend": "Generating", "sweep": "Sweeping"}
 
 
 def native_shortcut(keys: str) -> str:
@@ -82,6 +84,7 @@ class MainWindow(QMainWindow):
             app.aboutToQuit.connect(self.shut_down)
 
         self._build_ui()
+        self.sweeping = SweepController(self)
         self.actions_ = build_menus(self)
         self.pinning = PinController(self)
         self._guard = ArrowKeyGuard(self)
@@ -120,6 +123,10 @@ class MainWindow(QMainWindow):
         )
         self.statsDock = self._dock("Statistics", self.statsPane, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.splitDockWidget(self.comparisonDock, self.statsDock, Qt.Orientation.Horizontal)
+        self.sweepPanel = SweepPanel()
+        self.sweepDock = self._dock("Sweep", self.sweepPanel, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.tabifyDockWidget(self.statsDock, self.sweepDock)
+        self.statsDock.raise_()
         self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
         self.resizeDocks([self.sessionDock, self.controlsDock], [360, 290], Qt.Orientation.Horizontal)
@@ -195,14 +202,15 @@ class MainWindow(QMainWindow):
         self.request_compression()
         return rid
 
-    def request_compression(self, *_: Any) -> int | None:
-        """Recompress with the current controls (coalesced: a newer request replaces a pending one)."""
+    def request_compression(self, *_: Any, regenerate: bool | None = None) -> int | None:
+        """Recompress with the current controls (coalesced: a newer request replaces a pending one); regenerate
+        as the Auto-regenerate box says unless `regenerate` is given."""
         if not self._prefill_requested:
             return None
         engine = self.engine
         job = jobs.compress(
             self.controls.config(),
-            self.controls.auto_regenerate(),
+            self.controls.auto_regenerate() if regenerate is None else regenerate,
             is_current=lambda rid: engine.is_current(rid, "compress"),
         )
         return self.engine.submit("compress", job, coalesce=True)
@@ -217,13 +225,8 @@ class MainWindow(QMainWindow):
     def export_csv(self, path: str | Path) -> bool:
         """Write the statistics table (as shown) to `path`; a message instead of an exception on failure."""
         rows = self.statsTable.rows()
-        if not rows:
-            self._error("Nothing to export", "Prefill a prompt first: the statistics table is empty.")
-            return False
-        try:
-            export.write_csv(path, rows, self.statsTable.columns())
-        except OSError as exc:
-            self._error("Export failed", f"Could not write {path}: {exc.strerror or exc}")
+        empty = "Prefill a prompt first: the statistics table is empty."
+        if not export_rows(self, path, rows, self.statsTable.columns(), empty):
             return False
         self.status.show(f"Exported {len(rows)} rows to {path}")
         return True
@@ -270,6 +273,8 @@ class MainWindow(QMainWindow):
             self._show_sequence(value, result.kind)
         elif result.kind == "compress" and value is not None:
             self._show_compression(value)
+        elif result.kind == "sweep":
+            self.sweeping.on_finished(result)
 
     def _show_loaded(self, loaded: LoadedModel) -> None:
         info = loaded.info
@@ -282,6 +287,7 @@ class MainWindow(QMainWindow):
         self.sessionPanel.set_chat_template_available(info.has_chat_template)
         self.controls.set_head_dim(info.head_dim)
         cleared = self.pinning.clear("another model was loaded")
+        cleared = f"{cleared} {self.sweeping.clear('another model was loaded')}".strip()
         self.heatmap.clear()
         self.comparison.set_texts([], [], None)
         self.comparison.set_steps(None)
@@ -306,9 +312,14 @@ class MainWindow(QMainWindow):
             self._prefill_requested = True
             self.status.set_timing("prefill", seq.prefill_ms)
             cleared = self.pinning.clear("a new prefill has other positions")
+            cleared = f"{cleared} {self.sweeping.clear('it was measured on another prefill')}".strip()
             self.status.show(
                 f"Prefilled {seq.prompt_len} tokens; the dense continuation is the reference. {cleared}".strip()
             )
+        else:
+            cleared = self.sweeping.clear("it was measured on a shorter continuation")
+            if cleared:
+                self.status.show(cleared)
 
     def _show_compression(self, view: CompressionView) -> None:
         self.heatmap.set_data(
@@ -341,6 +352,9 @@ class MainWindow(QMainWindow):
         self.displayed_ids.append(view.request_id)
 
     def _on_failed(self, failure: JobFailure) -> None:
+        if failure.kind == "sweep":
+            self.sweeping.on_failed(failure)
+            return
         if failure.cancelled:
             self.status.show(f"{failure.kind.capitalize()} cancelled.")
             return

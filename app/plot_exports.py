@@ -1,4 +1,4 @@
-"""Save any plot of the window as PNG or SVG: one save dialog and one message path for all of them.
+"""Save any plot of the window as PNG or SVG, and table rows as CSV: one save dialog and one message path.
 
 A plot is anything with `export_image(path)` (PNG or SVG by suffix, atomic); failures become a message in the
 window, never an exception, and nothing is written for an empty plot.
@@ -7,12 +7,14 @@ window, never an exception, and nothing is written for an empty plot.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtWidgets import QFileDialog
 
 from app.widgets.plot_export import IMAGE_FILTER, with_image_suffix
+from kvcore import export
 
 if TYPE_CHECKING:
     from app.main_window import MainWindow
@@ -40,3 +42,18 @@ def ask_image_path(window: MainWindow, what: str, default_stem: str) -> str | No
     """A save dialog for PNG or SVG; the chosen filter's suffix is added when the name has none."""
     path, chosen = QFileDialog.getSaveFileName(window, f"Export {what}", f"{default_stem}.png", IMAGE_FILTER)
     return with_image_suffix(path, chosen) if path else None
+
+
+def export_rows(
+    window: MainWindow, path: str | Path, rows: list[dict], columns: Sequence[str], empty: str
+) -> bool:
+    """Write `rows` as CSV; the `empty` message when there are none, a message instead of an exception on failure."""
+    if not rows:
+        window._error("Nothing to export", empty)
+        return False
+    try:
+        export.write_csv(path, rows, columns)
+    except OSError as exc:
+        window._error("Export failed", f"Could not write {path}: {exc.strerror or exc}")
+        return False
+    return True

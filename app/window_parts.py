@@ -176,8 +176,11 @@ def build_menus(window: MainWindow) -> WindowActions:
         window.metricsDock,
         window.comparisonDock,
         window.statsDock,
+        window.sweepDock,
     ):
         view_menu.addAction(dock.toggleViewAction())
+    view_menu.addSeparator()
+    view_menu.addAction(window.sweeping.show_action)
 
     help_menu = bar.addMenu("&Help")
     about = _action(window, "&About KV Lens", lambda: _about(window))

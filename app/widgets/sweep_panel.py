@@ -1,0 +1,182 @@
+"""The Sweep dock's widget: what to sweep (methods, ratios, bits, group size), Run / Cancel, progress, the
+frontier plot and the CSV export. It only collects and shows; app.sweeping runs the sweep on the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.widgets.controls import DEFAULT_METHODS, GROUP_SIZES
+from app.widgets.frontier import FrontierPlot
+from kvcore.defaults import ALLOWED_BITS, UNQUANTIZED_BITS
+from kvcore.sweep import parse_ratios
+
+DEFAULT_SWEEP_METHODS = ("streaming_llm", "snapkv", "h2o")
+DEFAULT_RATIOS = "0.1,0.25,0.5,0.75"
+DEFAULT_BITS = "16"
+#: The retention slider moves in whole percents; a swept ratio must be one so that clicking its point can set it.
+RATIO_STEP = 0.01
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    methods: list[str]
+    ratios: list[float]
+    bits: list[int]  # 16 = unquantized
+    group_size: int
+
+    @property
+    def size(self) -> int:
+        return len(self.methods) * len(self.ratios) * len(self.bits)
+
+
+def parse_bits(text: str) -> list[int]:
+    """Bit widths from "4,8,16" (16 = unquantized); ValueError with the allowed values otherwise."""
+    allowed = (*ALLOWED_BITS, UNQUANTIZED_BITS)
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"bits {text!r}: expected comma-separated whole numbers such as 4,8,16") from None
+    if not values:
+        raise ValueError("no bit widths given: write e.g. 16 (unquantized) or 4,8,16")
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        raise ValueError(
+            f"bits {bad[0]} is not possible: choose from {', '.join(map(str, allowed))} (16 = none)"
+        )
+    return list(dict.fromkeys(values))
+
+
+class SweepPanel(QWidget):
+    """Emits runRequested / cancelRequested; the frontier plot emits pointClicked itself."""
+
+    runRequested = Signal()  # noqa: N815 (Qt signal naming)
+    cancelRequested = Signal()  # noqa: N815
+    exportCsvRequested = Signal()  # noqa: N815
+
+    def __init__(self, methods: list[str] | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("sweepPanel")
+        self.methodsList = QListWidget(objectName="sweepMethodsList")
+        self.methodsList.setToolTip("Methods to sweep (tick several)")
+        for name in methods or DEFAULT_METHODS:
+            item = QListWidgetItem(name)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            item.setCheckState(
+                Qt.CheckState.Checked if name in DEFAULT_SWEEP_METHODS else Qt.CheckState.Unchecked
+            )
+            self.methodsList.addItem(item)
+        self.ratiosEdit = QLineEdit(DEFAULT_RATIOS, objectName="sweepRatiosEdit")
+        self.ratiosEdit.setToolTip(
+            "Retention ratios: a list (0.1,0.25,0.5) or a range start:stop:step (0.1:0.9:0.1)"
+        )
+        self.bitsEdit = QLineEdit(DEFAULT_BITS, objectName="sweepBitsEdit")
+        self.bitsEdit.setToolTip("Bit widths, comma-separated; 16 = not quantized")
+        self.groupSizeCombo = QComboBox(objectName="sweepGroupSizeCombo")
+        for size in GROUP_SIZES:
+            self.groupSizeCombo.addItem(str(size), size)
+        self.groupSizeCombo.setCurrentIndex(self.groupSizeCombo.findData(64))
+        self.runButton = QPushButton("Run sweep", objectName="sweepRunButton")
+        self.cancelButton = QPushButton("Cancel", objectName="sweepCancelButton")
+        self.cancelButton.setEnabled(False)
+        self.progressBar = QProgressBar(objectName="sweepProgressBar")
+        self.progressBar.setRange(0, 1)
+        self.progressBar.setValue(0)
+        self.estimateLabel = QLabel("", objectName="sweepEstimateLabel")
+        self.estimateLabel.setWordWrap(True)
+        self.exportCsvButton = QPushButton("Export CSV…", objectName="sweepExportCsvButton")
+        self.exportCsvButton.setToolTip("Save the sweep with the columns of `kvlens sweep`")
+        self.frontier = FrontierPlot()
+
+        form = QFormLayout()
+        form.addRow("Methods", self.methodsList)
+        form.addRow("Ratios", self.ratiosEdit)
+        form.addRow("Bits", self.bitsEdit)
+        form.addRow("Group size", self.groupSizeCombo)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.runButton)
+        buttons.addWidget(self.cancelButton)
+        left = QWidget()
+        column = QVBoxLayout(left)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addLayout(form)
+        column.addLayout(buttons)
+        column.addWidget(self.progressBar)
+        column.addWidget(self.estimateLabel)
+        column.addStretch(1)
+        column.addWidget(self.exportCsvButton)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(left)
+        splitter.addWidget(self.frontier)
+        splitter.setStretchFactor(1, 3)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(splitter)
+
+        self.runButton.clicked.connect(self.runRequested)
+        self.cancelButton.clicked.connect(self.cancelRequested)
+        self.exportCsvButton.clicked.connect(self.exportCsvRequested)
+
+    # -- input ------------------------------------------------------------------------------------
+
+    def checked_methods(self) -> list[str]:
+        items = (self.methodsList.item(i) for i in range(self.methodsList.count()))
+        return [it.text() for it in items if it.checkState() == Qt.CheckState.Checked]
+
+    def set_methods(self, names: list[str]) -> None:
+        for i in range(self.methodsList.count()):
+            item = self.methodsList.item(i)
+            item.setCheckState(Qt.CheckState.Checked if item.text() in names else Qt.CheckState.Unchecked)
+
+    def spec(self) -> SweepSpec:
+        """What the user asked for; ValueError with the fix for anything the sweep cannot run."""
+        methods = self.checked_methods()
+        if not methods:
+            raise ValueError("no method is ticked: tick at least one method to sweep")
+        ratios = parse_ratios(self.ratiosEdit.text())
+        off = [r for r in ratios if abs(r / RATIO_STEP - round(r / RATIO_STEP)) > 1e-6]
+        if off:
+            raise ValueError(f"ratio {off[0]:g} is finer than the retention slider's 1 %: use whole percents")
+        ratios = [round(r, 2) for r in ratios]
+        return SweepSpec(
+            methods, ratios, parse_bits(self.bitsEdit.text()), int(self.groupSizeCombo.currentData())
+        )
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def set_running(self, running: bool, total: int = 0) -> None:
+        self.runButton.setEnabled(not running)
+        self.cancelButton.setEnabled(running)
+        if running:
+            self.progressBar.setRange(0, max(total, 1))
+            self.progressBar.setValue(0)
+            self.estimateLabel.setText(f"0 of {total} points; the time left shows after the first")
+
+    def show_progress(self, done: int, total: int, remaining_s: float | None) -> None:
+        self.progressBar.setValue(done)
+        left = "" if remaining_s is None else f", about {_duration(remaining_s)} left"
+        self.estimateLabel.setText(f"{done} of {total} points{left}")
+
+    def set_status(self, text: str) -> None:
+        self.estimateLabel.setText(text)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
