@@ -3,6 +3,7 @@
   kvlens compress -p "TEXT" --method snapkv --ratio 0.25 --bits 4 [--csv S] [--positions P] [--json]
   kvlens sweep --prompt-file F --methods snapkv,h2o --ratios 0.1,0.25,0.5 --bits 4,8,16 --csv out.csv
                [--plot frontier.png --metric kl_mean]     (ratios may also be a range: 0.1:0.5:0.1)
+  kvlens probe --methods snapkv,streaming_llm --ratios 0.25,0.5 --depths 0.1,0.5,0.9 --lengths 800,1600 --csv p.csv
 
 The prompt comes from exactly one of `--prompt/-p TEXT`, `--prompt -` (standard input) or `--prompt-file F`;
 `--max-tokens` is an alias of `--tokens` (mlx-lm's spellings). The prompt goes through the tokenizer's chat
@@ -32,6 +33,7 @@ from kvcore.defaults import (
 from kvcore.export import STATS_COLUMNS, SWEEP_COLUMNS, write_csv, write_json
 from kvcore.export import SUMMARY_COLUMNS as SUMMARY_COLUMNS  # noqa: F401 (re-exported: its old home)
 from kvcore.frontier import DEFAULT_METRIC, METRICS
+from kvcore.probes import cli as probe_cli
 from kvcore.resources import demo_model_dir
 
 
@@ -49,11 +51,15 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kvlens", description="KV Lens headless engine.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in ("compress", "sweep"):
+    for name in ("compress", "sweep", "probe"):
         s = sub.add_parser(name)
         s.add_argument(
             "--model", default=str(demo_model_dir()), help="model folder or HF repo id (default: demo)"
         )
+        if name == "probe":
+            _add_shared(s)
+            probe_cli.add_arguments(s)
+            continue
         source = s.add_mutually_exclusive_group()
         source.add_argument(
             "--prompt", "-p", help="the prompt text ('\\n' and '\\t' read as in mlx-lm), or - for stdin"
@@ -67,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
             "(default: on when the tokenizer has one)",
         )
         s.add_argument("--system-prompt", help="a system message before the prompt (needs a chat template)")
-        s.add_argument("--group-size", type=int, default=64)
+        _add_shared(s)
         s.add_argument(
             "--tokens",
             "--max-tokens",
@@ -75,18 +81,6 @@ def _parser() -> argparse.ArgumentParser:
             type=int,
             default=32,
             help="tokens to generate (default 32)",
-        )
-        s.add_argument(
-            "--shared", action="store_true", help="all kv-heads of a layer keep the same positions"
-        )
-        s.add_argument("--window", type=int, default=64)
-        s.add_argument("--n-sink", type=int, default=4)
-        s.add_argument("--kernel", type=int, default=5)
-        s.add_argument(
-            "--schedule",
-            choices=SCHEDULES,
-            default=DEFAULT_SCHEDULE,
-            help="; ".join(f"{k}: {v}" for k, v in SCHEDULE_HELP.items()) + f" (default {DEFAULT_SCHEDULE})",
         )
         s.add_argument("--csv", type=Path, help="per-(layer, kv-head) statistics")
         if name == "compress":
@@ -107,6 +101,46 @@ def _parser() -> argparse.ArgumentParser:
                 help=f"the frontier plot's quality axis (default {DEFAULT_METRIC})",
             )
     return p
+
+
+def _add_shared(s: argparse.ArgumentParser) -> None:
+    """Compression options every subcommand takes."""
+    s.add_argument("--group-size", type=int, default=64)
+    s.add_argument("--shared", action="store_true", help="all kv-heads of a layer keep the same positions")
+    s.add_argument("--window", type=int, default=64)
+    s.add_argument("--n-sink", type=int, default=4)
+    s.add_argument("--kernel", type=int, default=5)
+    s.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default=DEFAULT_SCHEDULE,
+        help="; ".join(f"{k}: {v}" for k, v in SCHEDULE_HELP.items()) + f" (default {DEFAULT_SCHEDULE})",
+    )
+
+
+def _run_probe(args: argparse.Namespace) -> int:
+    """`kvlens probe`: every probe and configuration checked before the model loads."""
+    from kvcore.probes.run import PROBE_COLUMNS
+
+    if args.csv is not None:
+        _check_output(args.csv)
+    try:
+        specs = probe_cli.plan(args, _split)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    methods = _split(args.methods, str, "methods")
+    ratios = _split(args.ratios, float, "ratios")
+    bits = _split(args.bits, int, "bits")
+    configs = [_config(args, m, r, b) for m, r, b in itertools.product(methods, ratios, bits)]
+
+    from kvcore.session import Session
+
+    session = Session.load(args.model)
+    rows = probe_cli.run(session, specs, configs)
+    if args.csv is not None:
+        write_csv(args.csv, rows, PROBE_COLUMNS)
+    probe_cli.print_summary(rows)
+    return 0
 
 
 def _split(text: str, kind: type, name: str) -> list:
@@ -327,7 +361,7 @@ def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
 
     args = _parser().parse_args(argv)
     try:
-        return _run(args, plot_writer)
+        return _run_probe(args) if args.command == "probe" else _run(args, plot_writer)
     except (UsageError, ModelLoadError, ValueError) as exc:
         print(f"kvlens: error: {exc}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ import argparse
 import itertools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kvcore.defaults import (
@@ -30,8 +31,12 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--methods", default=",".join(DEFAULT_PROBE_METHODS))
     s.add_argument("--ratios", default=",".join(map(str, DEFAULT_PROBE_RATIOS)))
     s.add_argument("--bits", default="16", help="comma-separated, e.g. 4,16 (16 = unquantized)")
-    s.add_argument("--depths", default=",".join(map(str, DEFAULT_PROBE_DEPTHS)), help="needle depths in [0, 1]")
-    s.add_argument("--lengths", default=",".join(map(str, DEFAULT_PROBE_LENGTHS)), help="prompt lengths in tokens")
+    s.add_argument(
+        "--depths", default=",".join(map(str, DEFAULT_PROBE_DEPTHS)), help="needle depths in [0, 1]"
+    )
+    s.add_argument(
+        "--lengths", default=",".join(map(str, DEFAULT_PROBE_LENGTHS)), help="prompt lengths in tokens"
+    )
     s.add_argument(
         "--families",
         default=",".join(HELDOUT_FAMILIES),
@@ -39,6 +44,7 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     )
     s.add_argument("--seeds", type=int, default=1, help="prompts per (depth, length, family) cell")
     s.add_argument("--seed", type=int, default=0, help="first seed")
+    s.add_argument("--csv", type=Path, help="one row per (probe, configuration), the dense cache's included")
 
 
 def plan(args: argparse.Namespace, split: Callable[[str, type, str], list]) -> list[dict[str, Any]]:

@@ -30,7 +30,45 @@ TakeLines = Callable[[random.Random, int], list[str]]
 def _closing(template: str) -> str:
     """The quote that follows {value} in a binding, so an answer in training is closed like the binding."""
     after = template.split("{value}", 1)[1]
-    return after[0] if after and after[0] in "\"'" else ""
+    return after[0] if after and after[0] in "\"'`" else ""
+
+
+def _lead(template: str) -> str:
+    """A space before the value when the binding has one: asks end without it, as BPE tokenizes " value"."""
+    return " " if " {value}" in template else ""
+
+
+#: Pieces of randomly assembled binding and asking forms: retrieval learnt across syntaxes, not per template.
+_BIND_LEFT = ("", "", "self.", "config.", "cfg.", "let ", "var ", "set ", "#define ", "- ", "    ", "opts.")
+_BIND_SEP = (" = ", "=", ": ", " := ", " => ", " -> ", " is ", ", ", " ")
+_QUOTES = ('"', "'", "", "", "`")
+_ASK_LEFT = (
+    "assert {n} ==",
+    "print({n})  #",
+    "# {n}:",
+    "expect({n}).toBe(",
+    "return {n} ==",
+    "check({n},",
+    "{n} ->",
+)
+
+
+def _generic_needle(rng: random.Random) -> tuple[str, str, str]:
+    """(binding, ask, answer text) in a random form; the ask never ends in a space (BPE puts it on the value)."""
+    name = make_name(rng, rng.choice(("snake", "upper", "camel", "kebab")))
+    value = make_value(rng, rng.choice(("alnum", "digits", "word")))
+    q = rng.choice(_QUOTES)
+    sep = rng.choice(_BIND_SEP)
+    binding = f"{rng.choice(_BIND_LEFT)}{name}{sep}{q}{value}{q}"
+    if rng.random() < 0.5:
+        restated = f"{rng.choice(_BIND_LEFT)}{name}{sep}"
+        ask, lead = (restated + q, "") if q else (restated.rstrip(" "), " " if sep.endswith(" ") else "")
+    else:
+        form = rng.choice(_ASK_LEFT).format(n=name)
+        opens = form.endswith("(")
+        ask = form + ("" if opens or not q else " ") + q
+        lead = "" if q or opens else " "
+    return binding + "\n", "\n" + ask, f"{lead}{value}{q}"
 
 
 def _spread(rng: random.Random, n: int, lo: float, hi: float) -> list[float]:
@@ -38,16 +76,22 @@ def _spread(rng: random.Random, n: int, lo: float, hi: float) -> list[float]:
 
 
 def _needles(rng: random.Random) -> list[tuple[float, str]]:
-    """1–8 bindings at any depth, some asked for later (each ask after its binding), distractors left unasked."""
+    """1–8 bindings at any depth, some asked for later (each ask after its binding), distractors left unasked.
+
+    Half use the training families, half a randomly assembled form."""
     events = []
     for _ in range(rng.randint(1, 8)):
-        fam = FAMILIES[rng.choice(TRAIN_FAMILIES)]
-        name, value = make_name(rng, fam.style), make_value(rng, fam.values)
+        if rng.random() < 0.5:
+            fam = FAMILIES[rng.choice(TRAIN_FAMILIES)]
+            name, value = make_name(rng, fam.style), make_value(rng, fam.values)
+            binding, ask = fam.binding(name, value) + "\n", fam.question(name)
+            answer = _lead(fam.bind) + value + _closing(fam.bind)
+        else:
+            binding, ask, answer = _generic_needle(rng)
         at = rng.uniform(0.0, 0.8)
-        events.append((at, fam.binding(name, value) + "\n"))
+        events.append((at, binding))
         for _ in range(rng.choice((0, 1, 1, 1, 2))):
-            ask_at = rng.uniform(at + 0.02, 0.97)
-            events.append((ask_at, fam.question(name) + value + _closing(fam.bind) + "\n\n"))
+            events.append((rng.uniform(at + 0.02, 0.97), ask + answer + "\n\n"))
     return events
 
 

@@ -5,7 +5,7 @@ from kvcore.probes.base import Family
 FAMILY = Family(
     name="argparse_default",
     bind='parser.add_argument("--{name}", default="{value}")\n',
-    ask='\nargs = parser.parse_args([])\n# --{name} defaults to "',
+    ask='\n# the same flag on the sub-command\nsub.add_argument("--{name}", default="',
     held_out=True,
     style="kebab",
     values="alnum",

@@ -5,7 +5,7 @@ from kvcore.probes.base import Family
 FAMILY = Family(
     name="md_table_row",
     bind="| {name} | {value} |\n",
-    ask="\n| {name} | ",
+    ask="\n| {name} |",
     held_out=False,
     style="kebab",
     values="word",

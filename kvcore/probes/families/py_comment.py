@@ -5,7 +5,7 @@ from kvcore.probes.base import Family
 FAMILY = Family(
     name="py_comment",
     bind="# {name}: {value}\n",
-    ask="\n# {name}: ",
+    ask="\n# {name}:",
     held_out=False,
     style="snake",
     values="alnum",

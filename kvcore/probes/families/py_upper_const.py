@@ -5,7 +5,7 @@ from kvcore.probes.base import Family
 FAMILY = Family(
     name="py_upper_const",
     bind="{name} = {value}\n",
-    ask='\nif __name__ == "__main__":\n    print({name})  # {name} = ',
+    ask='\nif __name__ == "__main__":\n    print({name})  # {name} =',
     held_out=False,
     style="upper",
     values="digits",

@@ -5,7 +5,7 @@ from kvcore.probes.base import Family
 FAMILY = Family(
     name="shell_test",
     bind='{name}="{value}"  # written by the installer\n',
-    ask='\nif [ "${name}" != "',
+    ask='\nif [ "${{{name}}}" != "',
     held_out=True,
     style="upper",
     values="alnum",

@@ -5,7 +5,7 @@ from kvcore.probes.base import Family
 FAMILY = Family(
     name="xml_param",
     bind='TEMPLATE = \'<param name="{name}" value="{value}"/>\'\n',
-    ask='\nassert find_param(root, "{name}").get("value") == "',
+    ask='\nassert TEMPLATE == \'<param name="{name}" value="',
     held_out=True,
     style="snake",
     values="alnum",
