@@ -32,9 +32,35 @@ def _wait(app, condition, timeout: float) -> None:  # noqa: ANN001
         time.sleep(0.005)
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def lateness_until(done, timeout: float) -> list[float]:  # noqa: ANN001
+    """Run the real event loop with the PROBE_MS timer until `done()` is true (checked every probe) or `timeout`
+    seconds pass; returns how late each tick fired, in ms. Shared with benchmarks.sweep_latency."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    late: list[float] = []
+    last = [time.perf_counter()]
+    end = time.monotonic() + timeout
+    loop = QEventLoop()
+
+    def probe() -> None:
+        now = time.perf_counter()
+        late.append(max(0.0, (now - last[0]) * 1e3 - PROBE_MS))
+        last[0] = now
+        if done() or time.monotonic() > end:
+            loop.quit()
+
+    timer = QTimer()
+    timer.setInterval(PROBE_MS)
+    timer.timeout.connect(probe)
+    timer.start()
+    loop.exec()
+    timer.stop()
+    return late
 
 
 def _phase(app, window, seconds: float, drag: bool) -> dict[str, float]:  # noqa: ANN001
@@ -76,8 +102,8 @@ def _phase(app, window, seconds: float, drag: bool) -> dict[str, float]:  # noqa
     return {
         "ticks": len(late),
         "median": statistics.median(late),
-        "p95": _percentile(late, 0.95),
-        "p99": _percentile(late, 0.99),
+        "p95": percentile(late, 0.95),
+        "p99": percentile(late, 0.99),
         "worst": max(late),
         "moves": moves[0],
         "shown": len(window.displayed_ids) - shown_before,

@@ -1,6 +1,7 @@
 """Make docs/screenshot.png: the real window after a prefill and a compression on the demo model, under Xvfb.
 
-Run `make screenshot` (or `python scripts/screenshot.py [out.png]`). Without a display it re-runs itself under
+Run `make screenshot` (or `python scripts/screenshot.py [out.png]`); with `--sweep` it also runs a sweep from the
+Sweep dock and writes docs/sweep.png (the dock, floated) and docs/frontier.png (the frontier plot's own export). Without a display it re-runs itself under
 `xvfb-run` (Qt's xcb plugin needs libxcb-icccm4 and libxcb-keysyms1 on Debian); settings go to a temporary
 file, so the user's own settings are never read or written.
 """
@@ -113,7 +114,7 @@ def _wait(app, condition, timeout: float) -> bool:
     return condition()
 
 
-def main(out: Path) -> int:
+def main(out: Path, sweep: bool = False) -> int:
     sys.path.insert(0, str(ROOT))
     from PySide6.QtWidgets import QApplication
 
@@ -144,11 +145,47 @@ def main(out: Path) -> int:
         if not window.grab().save(str(out)):
             print(f"Could not write {out}", file=sys.stderr)
             return 1
+        if sweep and not _sweep_shots(app, window, out.parent):
+            return 1
         window.close()
     print(f"Wrote {out}")
     return 0
 
 
+SWEEP = {
+    "methods": ["streaming_llm", "snapkv", "h2o", "knorm", "pyramidkv"],
+    "ratios": "0.1:0.9:0.2",
+    "bits": "4,16",
+}
+SWEEP_SIZE = (1400, 640)
+
+
+def _sweep_shots(app, window, folder: Path) -> bool:  # noqa: ANN001
+    """Run SWEEP from the dock, then save the floated dock and the frontier plot next to the main screenshot."""
+    panel = window.sweepPanel
+    panel.set_methods(SWEEP["methods"])
+    panel.ratiosEdit.setText(SWEEP["ratios"])
+    panel.bitsEdit.setText(SWEEP["bits"])
+    window.sweeping.run()
+    if not _wait(app, lambda: not window.sweeping.running, 900) or not window.sweeping.points():
+        print(f"The sweep did not finish: {window.last_error}", file=sys.stderr)
+        return False
+    plot = panel.frontier
+    front = plot.frontier()
+    if front:
+        plot._on_mouse_moved(
+            plot.scene_position(front[len(front) // 2])
+        )  # a hover tooltip's text in the status
+    window.sweepDock.setFloating(True)
+    window.sweepDock.resize(*SWEEP_SIZE)
+    _wait(app, lambda: False, 0.5)
+    ok = window.sweepDock.grab().save(str(folder / "sweep.png"))
+    window.sweeping.export_image(folder / "frontier.png")
+    print(f"Wrote {folder / 'sweep.png'} and {folder / 'frontier.png'}")
+    return ok
+
+
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_OUT
-    sys.exit(_rerun_under_xvfb() if _needs_display() else main(target))
+    args = [a for a in sys.argv[1:] if a != "--sweep"]
+    target = Path(args[0]) if args else DEFAULT_OUT
+    sys.exit(_rerun_under_xvfb() if _needs_display() else main(target, sweep="--sweep" in sys.argv))

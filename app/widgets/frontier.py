@@ -83,7 +83,7 @@ class FrontierPlot(QWidget):
         self.view = pg.PlotWidget(objectName="frontierPlot", background="w")
         self.plot: pg.PlotItem = self.view.getPlotItem()
         self.plot.showGrid(x=True, y=True, alpha=0.25)
-        self.legend = self.plot.addLegend(offset=(-10, 10))
+        self.legend = self.plot.addLegend(offset=(-10, 10), brush=pg.mkBrush(255, 255, 255, 210))
         self.frontierList = QListWidget(objectName="frontierList")
         self.frontierList.setToolTip(
             "The Pareto frontier: no other point has fewer bytes and a better metric"
@@ -121,7 +121,9 @@ class FrontierPlot(QWidget):
         self._redraw()
 
     def add_point(self, point: SweepPoint) -> None:
-        self.set_points([*self._points, point])
+        """Append a streamed point: existing items are updated in place, not rebuilt."""
+        self._points.append(point)
+        self._redraw(full=self._fill_metrics())
 
     def clear(self) -> None:
         self.set_points([])
@@ -133,7 +135,7 @@ class FrontierPlot(QWidget):
         """Indices (into points()) of the Pareto frontier for the metric shown, ordered by bytes."""
         return list(self._front)
 
-    def metric(self) -> str:
+    def metric_key(self) -> str:
         return self.metricCombo.currentData() or DEFAULT_METRIC
 
     def set_metric(self, key: str) -> None:
@@ -152,7 +154,7 @@ class FrontierPlot(QWidget):
 
     def xy(self) -> tuple[np.ndarray, np.ndarray]:
         """The plotted coordinates of every point, in data units (y before any log floor)."""
-        key = self.metric()
+        key = self.metric_key()
         xs = [
             p.percent_of_dense if self.x_mode() == X_PERCENT else float(p.bytes_compressed)
             for p in self._points
@@ -212,10 +214,11 @@ class FrontierPlot(QWidget):
         present = {k for p in self._points for k, v in p.metrics.items() if v is not None}
         return [k for k in METRICS if k != "needle_recall" or "needle_recall" in present]
 
-    def _fill_metrics(self) -> None:
+    def _fill_metrics(self) -> bool:
+        """Offer the metrics the points have; True when the choice changed."""
         keys = self._metric_keys()
         if [self.metricCombo.itemData(i) for i in range(self.metricCombo.count())] == keys:
-            return
+            return False
         current = self.metricCombo.currentData() or DEFAULT_METRIC
         self.metricCombo.blockSignals(True)
         self.metricCombo.clear()
@@ -223,70 +226,75 @@ class FrontierPlot(QWidget):
             self.metricCombo.addItem(METRICS[k].label, k)
         self.metricCombo.setCurrentIndex(max(self.metricCombo.findData(current), 0))
         self.metricCombo.blockSignals(False)
+        return True
 
     def _display_xy(self) -> tuple[np.ndarray, np.ndarray]:
         """Coordinates in the ViewBox (log10 of y on a log axis, floored at LOG_FLOOR)."""
         xs, ys = self.xy()
-        if METRICS[self.metric()].log:
+        if METRICS[self.metric_key()].log:
             ys = np.log10(np.maximum(ys, LOG_FLOOR))
         return xs, ys
 
-    def _redraw(self) -> None:
-        metric = METRICS[self.metric()]
-        self.plot.clear()
-        self.legend.clear()
-        self.plot.setLogMode(x=False, y=metric.log)
-        unit = "B" if self.x_mode() == X_BYTES else "%"
-        self.plot.setLabel(
-            "bottom",
-            "compressed KV cache" + (" (% of dense)" if unit == "%" else ""),
-            units=unit if unit == "B" else None,
-        )
-        self.plot.setLabel("left", metric.label + (" ↑" if metric.higher_is_better else " ↓"))
+    def _redraw(self, *_: object, full: bool = True) -> None:
+        """Draw the points; `full` rebuilds every item (a new metric, axis or point set), otherwise the existing
+        items get new data and only missing ones are made, so a streamed point costs a few setData calls."""
+        metric = METRICS[self.metric_key()]
+        if full:
+            self.plot.clear()
+            self.legend.clear()
+            self._items: dict[tuple[str, int], pg.PlotDataItem] = {}
+            self._frontier_item: pg.PlotDataItem | None = None
+            self.plot.setLogMode(x=False, y=metric.log)
+            bytes_axis = self.x_mode() == X_BYTES
+            self.plot.setLabel(
+                "bottom",
+                "compressed KV cache" + ("" if bytes_axis else " (% of dense)"),
+                units="B" if bytes_axis else None,
+            )
+            self.plot.setLabel("left", metric.label + (" ↑" if metric.higher_is_better else " ↓"))
         xs, ys = self.xy()
         plotted_y = np.maximum(ys, LOG_FLOOR) if metric.log else ys
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, p in enumerate(self._points):
+            groups.setdefault((p.config.method, p.config.bits or 16), []).append(i)
         methods = list(dict.fromkeys(p.config.method for p in self._points))
-        for m_index, method in enumerate(methods):
-            colour = PALETTE[m_index % len(PALETTE)]
-            symbol = SYMBOLS[m_index % len(SYMBOLS)]
-            for b_index, bits in enumerate(
-                sorted({p.config.bits or 16 for p in self._points if p.config.method == method}, reverse=True)
-            ):
-                idx = sorted(
-                    (
-                        i
-                        for i, p in enumerate(self._points)
-                        if p.config.method == method and (p.config.bits or 16) == bits
-                    ),
-                    key=lambda i: self._points[i].config.ratio,
-                )
-                style = Qt.PenStyle.SolidLine if bits == 16 else Qt.PenStyle.DashLine
-                item = pg.PlotDataItem(
-                    xs[idx],
-                    plotted_y[idx],
-                    pen=pg.mkPen(colour, width=1.5, style=style),
-                    symbol=symbol,
-                    symbolBrush=pg.mkBrush(*colour),
-                    symbolPen=pg.mkPen(colour),
-                    symbolSize=9,
-                    name=method if b_index == 0 else None,
-                )
+        for (method, bits), idx in groups.items():
+            idx.sort(key=lambda i: self._points[i].config.ratio)
+            item = self._items.get((method, bits))
+            if item is None:
+                item = self._new_item(method, bits, methods.index(method))
+                self._items[(method, bits)] = item
                 self.plot.addItem(item)
+            item.setData(xs[idx], plotted_y[idx])
         self._front = pareto_front(xs.tolist(), ys.tolist(), metric.higher_is_better)
-        if self._front:
-            self.plot.addItem(
-                pg.PlotDataItem(
-                    xs[self._front],
-                    plotted_y[self._front],
-                    pen=FRONTIER_PEN,
-                    symbol="o",
-                    symbolSize=15,
-                    symbolBrush=None,
-                    symbolPen=pg.mkPen((20, 20, 20), width=1.5),
-                    name="Pareto frontier",
-                )
+        if self._frontier_item is None and self._front:
+            self._frontier_item = pg.PlotDataItem(
+                pen=FRONTIER_PEN,
+                symbol="o",
+                symbolSize=15,
+                symbolBrush=None,
+                symbolPen=pg.mkPen((20, 20, 20), width=1.5),
+                name="Pareto frontier",
             )
+            self.plot.addItem(self._frontier_item)
+        if self._frontier_item is not None:
+            self._frontier_item.setData(xs[self._front], plotted_y[self._front])
         self._fill_frontier_list()
+
+    def _new_item(self, method: str, bits: int, m_index: int) -> pg.PlotDataItem:
+        """One method's line at one bit width: its colour and marker, dashed when quantized, named once."""
+        colour = PALETTE[m_index % len(PALETTE)]
+        named = not any(m == method for m, _ in self._items)
+        return pg.PlotDataItem(
+            pen=pg.mkPen(
+                colour, width=1.5, style=Qt.PenStyle.SolidLine if bits == 16 else Qt.PenStyle.DashLine
+            ),
+            symbol=SYMBOLS[m_index % len(SYMBOLS)],
+            symbolBrush=pg.mkBrush(*colour),
+            symbolPen=pg.mkPen(colour),
+            symbolSize=9,
+            name=method if named else None,
+        )
 
     def _fill_frontier_list(self) -> None:
         self.frontierList.clear()
