@@ -344,6 +344,7 @@ class MainWindow(QMainWindow):
             view.quant_error,
             view.n_layers,
             view.n_kv_heads,
+            view.not_compressible_labels,
         )
         self.heatmap.set_boundary(view.n_prompt_positions, view.sequence.prompt_len)
         fit_columns = not self.statsTable.rows()
@@ -357,8 +358,10 @@ class MainWindow(QMainWindow):
         self.status.set_timing("regenerate", view.metrics.get("regenerate_ms"))
         if view.not_compressible:
             layers = ", ".join(str(i) for i in view.not_compressible)
+            kinds = sorted(set(view.not_compressible_labels.values())) or ["sliding window or state"]
             self.status.show(
-                f"Layers {layers} are not compressible (sliding window or state): kept whole, ✕."
+                f"Layers {layers} are stored whole ({'; '.join(kinds)}): grey in the heatmap, ✕, and "
+                "counted apart in 'Ratio, compressible layers'."
             )
         self.displayed_ids.append(view.request_id)
 

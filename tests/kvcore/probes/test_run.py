@@ -1,0 +1,50 @@
+"""probe_rows on the demo model: one prefill per probe, every configuration scored from it."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcore.probes import make_probe, recalls
+from kvcore.probes.run import DENSE, PROBE_COLUMNS, probe_rows, recall_table
+from kvcore.resources import demo_model_dir
+from kvcore.session import CompressionConfig, Session
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return Session.load(str(demo_model_dir()))
+
+
+def test_one_prefill_serves_every_configuration(demo):
+    probe = make_probe(demo.tokenizer, seed=2, depth=0.5, n_tokens=300, family="setattr_call")
+    configs = [
+        CompressionConfig("full", 1.0),
+        CompressionConfig("snapkv", 0.25),
+        CompressionConfig("random", 0.25),
+    ]
+    n = probe.max_new_tokens
+    calls = demo.forward_calls
+    demo.prefill(probe.prompt, n_tokens=n)
+    prefill_calls = demo.forward_calls - calls
+    calls = demo.forward_calls
+    rows = probe_rows(demo, probe, configs)
+    # one prefill (and its dense continuation), then each configuration only decodes n - 1 tokens ("paper")
+    assert demo.forward_calls - calls == prefill_calls + len(configs) * (n - 1)
+    assert [r["method"] for r in rows] == [DENSE, "full", "snapkv", "random"]
+    assert all(set(PROBE_COLUMNS) - {"compression_ratio"} <= set(r) for r in rows)
+    dense, full = rows[0], rows[1]
+    assert full["continuation"] == dense["continuation"] and full["recalled"] == dense["recalled"]
+    for row in rows:
+        assert row["recalled"] == recalls(probe, row["continuation"])
+        assert row["prompt_tokens"] == len(demo.prompt_ids)
+    snap = demo.compress(configs[1])
+    assert demo.tokenizer.decode(demo.continuation(snap, n)) == rows[2]["continuation"]
+    assert rows[2]["compression_ratio"] < 0.5 < rows[1]["compression_ratio"]
+
+
+def test_recall_table_is_the_share_recalled():
+    rows = [
+        {"method": "snapkv", "schedule": "paper", "retention_ratio": 0.25, "bits": 16, "recalled": r}
+        for r in (True, False, True, True)
+    ]
+    assert recall_table(rows) == {("snapkv", "paper", 0.25, 16): 0.75}

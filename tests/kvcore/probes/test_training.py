@@ -1,0 +1,75 @@
+"""Synthetic training documents: each kind carries its task, and none uses a held-out family's form."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from kvcore.probes import FAMILIES, HELDOUT_FAMILIES, TRAIN_FAMILIES
+from kvcore.probes.filler import filler_lines
+from kvcore.probes.training import KINDS, code_taker, synthetic_document
+
+
+@pytest.fixture(scope="module")
+def take():
+    return code_taker(["".join(filler_lines())])
+
+
+def _fixed_parts(template: str) -> list[str]:
+    """The literal pieces of a template longer than a few characters (what makes the form recognisable)."""
+    return [p for p in re.split(r"\{name\}|\{value\}", template) if len(p.strip()) >= 8]
+
+
+def test_kinds_are_a_distribution():
+    assert abs(sum(KINDS.values()) - 1.0) < 1e-9
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_each_kind_is_code_of_about_the_length_asked(take, kind):
+    doc = synthetic_document(random.Random(1), take, 6000, kind)
+    assert 6000 <= len(doc) <= 30000
+    assert "def " in doc or "class " in doc or "import " in doc
+
+
+def _ask_pattern(ask: str) -> re.Pattern:
+    shapes = r"[a-z]+_[a-z]+_[a-z]+|[A-Z]+_[A-Z]+_[A-Z]+|[a-z]+-[a-z]+-[a-z]+|[a-z]+[A-Z][a-z]+[A-Z][a-z]+"
+    esc = re.escape(ask).replace(re.escape("{name}"), rf"(?P<name>{shapes})", 1)
+    return re.compile(esc.replace(re.escape("{name}"), "(?P=name)") + r" ?(?P<value>[a-z0-9]+)")
+
+
+def test_needles_are_asked_after_they_are_bound(take):
+    """Every training-family ask in a needle document gives the value its name was bound to, earlier."""
+    checked = 0
+    for seed in range(30):
+        doc = synthetic_document(random.Random(seed), take, 7000, "needles")
+        for family in TRAIN_FAMILIES:
+            fam = FAMILIES[family]
+            for m in _ask_pattern(fam.ask).finditer(doc):
+                binding = fam.binding(m["name"], m["value"])
+                if doc.find(binding, m.start()) == m.start() + 1:
+                    continue  # the binding itself (its ask restates it)
+                assert binding in doc[: m.start()], f"{family}: {m.group(0)!r} asked before it was bound"
+                checked += 1
+    assert checked >= 20
+
+
+def test_repeat_copies_a_block_and_tracking_asks_for_the_last_assignment(take):
+    doc = synthetic_document(random.Random(2), take, 6000, "tracking")
+    assigned = re.findall(r"^(\w+) = \"?(\w+)\"?$", doc, flags=re.M)
+    name = assigned[-1][0]
+    values = [v for n, v in assigned if n == name]
+    ask = re.search(rf"(assert {name} ==|print\({name}\)  #|# now {name} =) \"?(\w+)", doc)
+    assert ask is not None and ask.group(2) == values[-1]
+    rep = synthetic_document(random.Random(3), take, 6000, "repeat")
+    blocks = [b for b in rep.split("\n\n") if len(b) > 200]
+    assert any(rep.count(b) >= 2 for b in blocks)
+
+
+def test_no_document_uses_a_held_out_form(take):
+    rng = random.Random(0)
+    text = "".join(synthetic_document(rng, take, 4000) for _ in range(150))
+    for family in HELDOUT_FAMILIES:
+        for part in _fixed_parts(FAMILIES[family].bind) + _fixed_parts(FAMILIES[family].ask):
+            assert part not in text, f"{family}: {part!r} appears in training documents"
