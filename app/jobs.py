@@ -7,6 +7,7 @@ replaced only when a load succeeds, so a failed load or prefill leaves the user'
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,15 +41,29 @@ def load(spec: str) -> Job:
     return job
 
 
+def prefill_progress_text(done: int, total: int, elapsed_s: float) -> str:
+    """ "Prefill 2,048/32,768 tokens · 1,234 tok/s · 25 s left": the rate so far and the time the rest takes at it."""
+    text = f"Prefill {done:,}/{total:,} tokens"
+    if done <= 0 or elapsed_s <= 0:
+        return text
+    rate = done / elapsed_s
+    left = max(total - done, 0) / rate
+    return (
+        f"{text} · {rate:,.0f} tok/s · {left:,.0f} s left" if done < total else f"{text} · {rate:,.0f} tok/s"
+    )
+
+
 def prefill(prompt: str, n_tokens: int, chat_template: bool = True, system_prompt: str | None = None) -> Job:
     """Prefill with capture and compute the dense continuation (the baseline every setting is measured on);
     the chat template applies when asked and the tokenizer has one (kvcore.prompting)."""
 
     def job(ctx: JobContext) -> SequenceView:
         session = _session(ctx)
+        start = time.perf_counter()
 
         def progress(done: int, total: int) -> None:
-            ctx.progress(done / max(total, 1), f"Prefill {done}/{total} tokens")
+            text = prefill_progress_text(done, total, time.perf_counter() - start)
+            ctx.progress(done / max(total, 1), text)
 
         try:
             session.prefill(
