@@ -1,7 +1,8 @@
 """Make docs/screenshot.png: the real window after a prefill and a compression on the demo model, under Xvfb.
 
 Run `make screenshot` (or `python scripts/screenshot.py [out.png]`); with `--sweep` it also runs a sweep from the
-Sweep dock and writes docs/sweep.png (the dock, floated) and docs/frontier.png (the frontier plot's own export). Without a display it re-runs itself under
+Sweep dock and writes docs/sweep.png (the dock, floated) and docs/frontier.png (the frontier plot's own export),
+then a needle grid from its dock: docs/needle_grid.png. Without a display it re-runs itself under
 `xvfb-run` (Qt's xcb plugin needs libxcb-icccm4 and libxcb-keysyms1 on Debian); settings go to a temporary
 file, so the user's own settings are never read or written.
 """
@@ -181,8 +182,33 @@ def _sweep_shots(app, window, folder: Path) -> bool:  # noqa: ANN001
     _wait(app, lambda: False, 0.5)
     ok = window.sweepDock.grab().save(str(folder / "sweep.png"))
     window.sweeping.export_image(folder / "frontier.png")
+    window.sweepDock.setFloating(False)
     print(f"Wrote {folder / 'sweep.png'} and {folder / 'frontier.png'}")
-    return ok
+    return ok and _needle_shot(app, window, folder / "needle_grid.png")
+
+
+NEEDLES = {"depths": "0.1,0.3,0.5,0.7,0.9", "lengths": "200,400,800", "ratios": "0.25,0.5"}
+NEEDLE_METHODS = ["snapkv", "streaming_llm", "adakv"]
+NEEDLE_FAMILY = "yaml_key"  # held out of the demo model's training, and recalled by its dense cache
+
+
+def _needle_shot(app, window, out: Path) -> bool:  # noqa: ANN001
+    """Run NEEDLES from the Needle grid dock and save the floated dock."""
+    panel = window.needlePanel
+    panel.set_family(NEEDLE_FAMILY)
+    panel.depthsEdit.setText(NEEDLES["depths"])
+    panel.lengthsEdit.setText(NEEDLES["lengths"])
+    panel.ratiosEdit.setText(NEEDLES["ratios"])
+    panel.set_methods(NEEDLE_METHODS)
+    window.needles.run()
+    if not _wait(app, lambda: not window.needles.running, 1800) or not window.needles.cells:
+        print(f"The needle grid did not finish: {window.last_error}", file=sys.stderr)
+        return False
+    window.needleDock.setFloating(True)
+    window.needleDock.resize(SWEEP_SIZE[0], 720)
+    _wait(app, lambda: False, 0.5)
+    print(f"Wrote {out}")
+    return window.needleDock.grab().save(str(out))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Clicking a cell emits `cellClicked(panel, length_index, depth_index)`; the windo
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 
@@ -19,8 +20,8 @@ from app.widgets.plot_export import export_graphics
 RECALLED = (46, 160, 67, 255)
 MISSED = (215, 58, 73, 255)
 PENDING = (200, 200, 200, 255)
-#: Panels per row of the layout.
-COLUMNS = 4
+#: At most this many panels per row (fewer panels: a near-square arrangement).
+MAX_COLUMNS = 5
 
 
 class NeedleGridView(QWidget):
@@ -55,8 +56,9 @@ class NeedleGridView(QWidget):
         self._state = np.full((len(titles), len(lengths), len(depths)), -1, dtype=np.int8)
         self.graphics.clear()
         self._plots, self._images = [], []
+        columns = min(MAX_COLUMNS, max(1, math.ceil(math.sqrt(len(titles)))))
         for i, title in enumerate(titles):
-            plot = self.graphics.addPlot(row=i // COLUMNS, col=i % COLUMNS, title=title)
+            plot = self.graphics.addPlot(row=i // columns, col=i % columns, title=title)
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
             plot.invertY(True)
