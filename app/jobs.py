@@ -7,12 +7,14 @@ replaced only when a load succeeds, so a failed load or prefill leaves the user'
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from app.engine_thread import Cancelled, Job, JobContext
 from app.view_model import CompressionView, LoadedModel, SequenceView, compression_view, sequence_view
 from kvcore import capture
+from kvcore.needle_grid import GridCell, run_grid
 from kvcore.session import CompressionConfig, Session
 from kvcore.sweep import SweepPoint, run_sweep
 
@@ -39,15 +41,29 @@ def load(spec: str) -> Job:
     return job
 
 
+def prefill_progress_text(done: int, total: int, elapsed_s: float) -> str:
+    """ "Prefill 2,048/32,768 tokens · 1,234 tok/s · 25 s left": the rate so far and the time the rest takes at it."""
+    text = f"Prefill {done:,}/{total:,} tokens"
+    if done <= 0 or elapsed_s <= 0:
+        return text
+    rate = done / elapsed_s
+    left = max(total - done, 0) / rate
+    return (
+        f"{text} · {rate:,.0f} tok/s · {left:,.0f} s left" if done < total else f"{text} · {rate:,.0f} tok/s"
+    )
+
+
 def prefill(prompt: str, n_tokens: int, chat_template: bool = True, system_prompt: str | None = None) -> Job:
     """Prefill with capture and compute the dense continuation (the baseline every setting is measured on);
     the chat template applies when asked and the tokenizer has one (kvcore.prompting)."""
 
     def job(ctx: JobContext) -> SequenceView:
         session = _session(ctx)
+        start = time.perf_counter()
 
         def progress(done: int, total: int) -> None:
-            ctx.progress(done / max(total, 1), f"Prefill {done}/{total} tokens")
+            text = prefill_progress_text(done, total, time.perf_counter() - start)
+            ctx.progress(done / max(total, 1), text)
 
         try:
             session.prefill(
@@ -134,5 +150,31 @@ def sweep(configs: list[dict[str, Any]]) -> Job:
             ctx.publish(point)
         ctx.check_cancelled()
         return points
+
+    return job
+
+
+#: The Session the needle grid prefills its probes on: the model's own, so the main view's prefill stays.
+GRID_SESSION = "grid_session"
+
+
+def needle_grid(specs: list[dict[str, Any]], configs: list[dict[str, Any]]) -> Job:
+    """Run a needle grid (kvcore.needle_grid) on a second Session sharing the loaded model, publishing each
+    finished cell; the main session's prefill and compression are left as they are."""
+
+    def job(ctx: JobContext) -> list[GridCell]:
+        main = _session(ctx)
+        session = ctx.state.get(GRID_SESSION)
+        if session is None or session.model is not main.model:
+            session = Session(main.model, main.tokenizer, main.info)
+            ctx.state[GRID_SESSION] = session
+        cfgs = [CompressionConfig.from_dict(c) for c in configs]
+        cells = []
+        for cell in run_grid(session, specs, cfgs, should_cancel=ctx.cancelled):
+            cells.append(cell)
+            ctx.publish(cell)
+            ctx.progress(len(cells) / len(specs), f"Needle grid {len(cells)}/{len(specs)}")
+        ctx.check_cancelled()
+        return cells
 
     return job

@@ -72,6 +72,7 @@ class CompressionView:
     compressed_texts: list[str] | None  # None when not regenerated
     first_divergence: int | None
     not_compressible: list[int] = field(default_factory=list)
+    not_compressible_labels: dict[int, str] = field(default_factory=dict)  # e.g. "sliding window 32: not …"
     request_id: int = 0
     token_steps: TokenSteps | None = None  # per generated token; None when not regenerated
 
@@ -137,7 +138,9 @@ def compression_view(session: Session, state: CompressedState, regen: Regenerati
     n_layers, n_heads, _ = state.kept.shape
     sequence = sequence_view(session)
     extra = len(sequence.tokens) - state.kept.shape[2]
-    not_compressible = [i for i, layer in enumerate(state.ranking.layers) if layer is None]
+    not_compressible = sorted(
+        set(state.not_compressible) | {i for i, layer in enumerate(state.ranking.layers) if layer is None}
+    )
     labels = [
         f"L{layer} h{head}" + (" ✕" if layer in not_compressible else "")
         for layer in range(n_layers)
@@ -149,6 +152,8 @@ def compression_view(session: Session, state: CompressedState, regen: Regenerati
         "bytes_dense": state.bytes_dense,
         "bytes_compressed": state.bytes_compressed,
         "compression_ratio": state.bytes_compressed / state.bytes_dense if state.bytes_dense else None,
+        "bytes_not_compressible": state.bytes_not_compressible,
+        "compressible_ratio": state.compressible_ratio,
         "recompress_ms": state.recompress_ms,
     }
     if regen is not None:
@@ -170,5 +175,6 @@ def compression_view(session: Session, state: CompressedState, regen: Regenerati
         compressed_texts=None if regen is None else session.token_texts(regen.tokens),
         first_divergence=None if regen is None else regen.metrics.get("first_divergence"),
         not_compressible=not_compressible,
+        not_compressible_labels=dict(state.not_compressible),
         token_steps=None if regen is None else token_steps(session, regen),
     )

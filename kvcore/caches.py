@@ -48,6 +48,7 @@ __all__ = [
     "incompressible_reason",
     "quantize_cache",
     "select_positions",
+    "sliding_window",
     "to_sparse_all",
     "validate_quantization",
 ]
@@ -397,6 +398,15 @@ def incompressible_reason(layer: Any) -> str | None:
     return f"{name}: not a plain mlx-lm KVCache, left untouched"
 
 
+def sliding_window(layer: Any) -> int | None:
+    """The window of a sliding-window layer (mlx-lm's RotatingKVCache), None for any other layer.
+
+    Its steady state is the window: a one-pass prefill of T > window tokens leaves T rows, but the next token's
+    update trims the layer to `max_size` rows, the last positions of the sequence.
+    """
+    return int(layer.max_size) if type(layer).__name__ == "RotatingKVCache" else None
+
+
 def compressible_layers(cache: Sequence[Any]) -> list[bool]:
     """Per layer, whether select_positions / quantize_cache can act on it (others pass through untouched)."""
     return [incompressible_reason(c) is None for c in cache]
@@ -704,6 +714,11 @@ def copy_cache(cache: Sequence[Any]) -> list:
 
 
 def _layer_bytes(c: Any) -> int:
+    window = sliding_window(c)
+    if window is not None:  # the steady state: the window mlx-lm trims to at the next token
+        if c.keys is None:
+            return 0
+        return int(sum(b.nbytes // b.shape[2] * min(c.offset, window) for b in (c.keys, c.values)))
     if isinstance(c, _SparseRows):
         return c.nbytes
     if type(c) in (KVCache, QuantizedKVCache):
@@ -720,7 +735,8 @@ def cache_tensor_bytes(cache: Sequence[Any]) -> int:
     """Bytes of the stored K/V tensors over their logical content (trimmed rows, not buffer capacity).
 
     Sparse layers count their stored rows, padding included (it is really held); the int32 position bookkeeping is
-    not counted. Pass-through layers count their own `nbytes`.
+    not counted. Sliding-window layers count the window they hold in steady state (`sliding_window`); other
+    pass-through layers count their own `nbytes`.
     """
     return int(sum(_layer_bytes(c) for c in cache))
 

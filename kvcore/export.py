@@ -21,6 +21,7 @@ STATS_COLUMNS: tuple[str, ...] = (
     "group_size",
     "layer",
     "kv_head",
+    "compressible",  # False for a layer stored whole (sliding window, SSM state): its bytes are the same in both
     "tokens_total",
     "tokens_kept",
     "bytes_dense",

@@ -118,6 +118,24 @@ class CompressedState:
     stats_rows: list[dict] = field(default_factory=list)
     quant_error: np.ndarray | None = None  # [L, H_kv, T] key/value RMSE per kept position, NaN elsewhere
     quant_rmse: list[tuple[np.ndarray, np.ndarray] | None] | None = None  # per layer: key, value RMSE [H_kv]
+    #: Layers stored whole (sliding window, SSM state) -> a label such as "sliding window 32: not compressible"
+    not_compressible: dict[int, str] = field(default_factory=dict)
+    bytes_not_compressible: int = 0  # their steady-state bytes, the same in bytes_dense and bytes_compressed
+
+    @property
+    def compressible_ratio(self) -> float:
+        """bytes_compressed / bytes_dense over the compressible layers only (NaN when there are none)."""
+        dense = self.bytes_dense - self.bytes_not_compressible
+        return (self.bytes_compressed - self.bytes_not_compressible) / dense if dense else float("nan")
+
+
+def not_compressible_label(layer: Any) -> str:
+    """What the heatmap and the stats say about a layer KV Lens stores whole."""
+    window = caches.sliding_window(layer)
+    if window is not None:
+        return f"sliding window {window}: not compressible"
+    reason = caches.incompressible_reason(layer) or ""
+    return f"{type(layer).__name__}: not compressible" + (" (SSM state)" if "SSM" in reason else "")
 
 
 @dataclass
@@ -370,7 +388,12 @@ class Session:
         )
         cache = caches.select_positions(source, selection, validate=False)  # valid by construction
         recompress_ms = (time.perf_counter() - start) * 1e3
-        kept = self._kept_mask(selection, self.n_compressible(config.schedule))
+        kept = self._kept_mask(selection, self.n_compressible(config.schedule), observed.cache)
+        fixed = {
+            i: not_compressible_label(c)
+            for i, c in enumerate(observed.cache)
+            if caches.incompressible_reason(c)
+        }
         state = CompressedState(
             config=config,
             cache=cache,
@@ -380,6 +403,8 @@ class Session:
             bytes_dense=caches.cache_tensor_bytes(observed.cache),
             bytes_compressed=caches.cache_tensor_bytes(cache),
             recompress_ms=recompress_ms,
+            not_compressible=fixed,
+            bytes_not_compressible=caches.cache_tensor_bytes([observed.cache[i] for i in fixed]),
         )
         if config.bits is not None:
             state.quant_error, state.quant_rmse = self._quant_error(state)
@@ -401,11 +426,15 @@ class Session:
             self._packed = (key, caches.quantize_cache(source, bits=bits, group_size=group_size))
         return self._packed[1]
 
-    def _kept_mask(self, selection: Sequence[Any], T: int) -> np.ndarray:
+    def _kept_mask(self, selection: Sequence[Any], T: int, source: Sequence[Any]) -> np.ndarray:
+        """[L, H_kv, T] kept prompt positions; a sliding-window layer keeps, in steady state, its last window."""
         H = self.info.n_kv_heads
         kept = np.zeros((len(selection), H, T), dtype=bool)
         for layer, sel in enumerate(selection):
-            if sel is None:
+            window = caches.sliding_window(source[layer])
+            if sel is None and window is not None:
+                kept[layer, :, max(0, T - window) :] = True
+            elif sel is None:
                 kept[layer] = True
             elif isinstance(sel, list):
                 for h, idx in enumerate(sel):
@@ -480,6 +509,7 @@ class Session:
                         "group_size": cfg.group_size if cfg.bits else "",
                         "layer": layer,
                         "kv_head": h,
+                        "compressible": layer not in state.not_compressible,
                         "tokens_total": T,
                         "tokens_kept": int(kept_pos.size),
                         "bytes_dense": dense_head,
@@ -521,6 +551,8 @@ class Session:
             compared_tokens=n - skip,
             bytes_dense=state.bytes_dense,
             bytes_compressed=state.bytes_compressed,
+            bytes_not_compressible=state.bytes_not_compressible,
+            compressible_ratio=state.compressible_ratio,
             compression_ratio=state.bytes_compressed / state.bytes_dense
             if state.bytes_dense
             else float("nan"),

@@ -166,6 +166,8 @@ _ROWS: tuple[tuple[str, str, Any], ...] = (
     ("bytes_dense", "Bytes dense", _bytes),
     ("bytes_compressed", "Bytes compressed", _bytes),
     ("compression_ratio", "Compression ratio", lambda v: f"{v:.2f}×"),
+    ("bytes_not_compressible", "Not compressible", _bytes),
+    ("compressible_ratio", "Ratio, compressible layers", lambda v: f"{v:.2f}×"),
     ("agreement", "Top-1 agreement", lambda v: f"{100 * v:.1f} %"),
     ("kl_mean", "KL mean", lambda v: f"{v:.4g}"),
     ("kl_max", "KL max", lambda v: f"{v:.4g}"),

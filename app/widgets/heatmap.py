@@ -33,6 +33,11 @@ DIFF_CLASSES = ("neither", "only pinned", "only current", "both")
 #: Okabe–Ito blue and reddish purple for the two one-sided classes: apart from orange and from each other
 #: for the common colour-vision deficiencies.
 DIFF_RGBA = (EVICTED_RGBA, (204, 121, 167, 255), (86, 180, 233, 255), KEPT_RGBA)
+#: A layer stored whole (sliding window, SSM state): grey where its steady-state window holds the position,
+#: grey hatching elsewhere, so it never reads as a compression result.
+FIXED_KEPT_RGBA = (150, 150, 156, 255)
+FIXED_HATCH_RGBA = ((64, 64, 72, 255), (40, 40, 46, 255))
+_FIXED_LABEL_RGBA = (230, 230, 230, 255)
 _EVICTED_DIM = 0.22  # evicted cells in the scores view keep a faint trace of their score
 _SCORE_MAP = "viridis"
 _QUANT_MAP = "inferno"
@@ -98,6 +103,17 @@ def render_quant(kept: np.ndarray, error: np.ndarray, lo: float, hi: float) -> n
     idx = _to_index(error, lo, hi).astype(np.uint16)
     idx[~kept] = 256
     return _apply(lut, idx)
+
+
+def paint_fixed_rows(rgba: np.ndarray, kept: np.ndarray, rows: np.ndarray) -> None:
+    """Overwrite `rows` of an (rows, T, 4) image in place: FIXED_KEPT_RGBA where kept, diagonal hatching
+    (stripes two cells wide) elsewhere."""
+    if rows.size == 0:
+        return
+    lut = np.array([*FIXED_HATCH_RGBA, FIXED_KEPT_RGBA], dtype=np.uint8)
+    stripe = ((rows[:, None] + np.arange(kept.shape[1])[None, :]) // 2) % 2
+    idx = np.where(kept[rows], 2, stripe).astype(np.uint8)
+    rgba[rows] = _apply(lut, idx)
 
 
 def _swatch(rgba: tuple[int, ...]) -> tuple[int, ...]:
@@ -185,6 +201,8 @@ class RetentionHeatmap(QWidget):
         self._rgba = np.zeros((0, 0, 4), dtype=np.uint8)
         self._shown_shape: tuple[int, int] | None = None
         self._last_cell: tuple[int, int] | None = None
+        self._fixed: dict[int, str] = {}  # layer stored whole -> its label
+        self._fixed_items: list[pg.TextItem] = []
         self._build_ui()
 
     def _build_ui(self) -> None:
@@ -252,9 +270,12 @@ class RetentionHeatmap(QWidget):
         quant_error: np.ndarray | None,
         n_layers: int,
         n_kv_heads: int,
+        not_compressible: dict[int, str] | None = None,
     ) -> None:
         """Show a new compression result. Zoom is kept when the shape is unchanged, so moving a
-        slider does not throw away where the user was looking."""
+        slider does not throw away where the user was looking. `not_compressible` maps layers stored whole
+        (sliding window, SSM state) to a label such as "sliding window 32: not compressible"; their rows are
+        drawn grey (hatched where the window does not hold the position) with the label on them."""
         kept = np.ascontiguousarray(kept, dtype=bool)
         if kept.ndim != 2:
             raise ValueError(f"kept must be 2-D (rows, T), got shape {kept.shape}")
@@ -272,6 +293,7 @@ class RetentionHeatmap(QWidget):
         self._quant = None if quant_error is None else np.asarray(quant_error, dtype=np.float32)
         self._labels, self._tokens = list(row_labels), list(token_texts)
         self._heads = max(1, n_kv_heads)
+        self._fixed = {int(k): v for k, v in (not_compressible or {}).items() if 0 <= int(k) < n_layers}
         self._x_axis.tokens = self._tokens
         if n_layers != self._n_layers:
             self._n_layers = n_layers
@@ -364,9 +386,22 @@ class RetentionHeatmap(QWidget):
             parts.append(f"quant error {self._quant[r, position]:.4g}")
         if self.view() == VIEW_DIFF and self._diff_possible():
             parts.append(self._diff_info(r, position))
+        elif r // self._heads in self._fixed:
+            where = "in the window" if self._kept[r, position] else "outside the window"
+            parts.append(f"{where} ({self._fixed[r // self._heads]})")
         else:
             parts.append("kept" if self._kept[r, position] else "evicted")
         return " · ".join(parts)
+
+    def fixed_rows(self) -> np.ndarray:
+        """Indices of the displayed rows that belong to layers stored whole."""
+        layers = np.array(sorted(self._fixed), dtype=np.int64)
+        rows = (layers[:, None] * self._heads + np.arange(self._heads)[None, :]).ravel() - self._row_offset
+        return rows[(rows >= 0) & (rows < self._rgba.shape[0])]
+
+    def fixed_labels(self) -> list[str]:
+        """The labels drawn on the displayed not-compressible layers."""
+        return [item.textItem.toPlainText() for item in self._fixed_items]
 
     def export_image(self, path: str | os.PathLike[str]) -> None:
         """Write the heatmap with its axes and colour bar to PNG or SVG (by suffix), atomically."""
@@ -439,6 +474,7 @@ class RetentionHeatmap(QWidget):
         else:
             rgba = render_kept(kept)
         self._rgba = rgba
+        self._draw_fixed(rows)
         self._y_axis.labels = self._labels[rows]
         self._y_axis.heads = self._heads
         self._y_axis.layer_offset = rows.start // self._heads
@@ -447,6 +483,24 @@ class RetentionHeatmap(QWidget):
         diff = view == VIEW_DIFF and self._diff_possible()
         self.legendLabel.setText(self._diff_legend() if diff else _KEPT_LEGEND)
         self.legendLabel.setVisible(bar is None)
+
+    def _draw_fixed(self, rows: slice) -> None:
+        """Grey out the displayed rows of layers stored whole and put their label on them."""
+        for item in self._fixed_items:
+            self.plot.removeItem(item)
+        self._fixed_items = []
+        if not self._fixed or self._rgba.size == 0:
+            return
+        paint_fixed_rows(self._rgba, self._kept[rows], self.fixed_rows())
+        for layer, label in sorted(self._fixed.items()):
+            top = layer * self._heads - rows.start
+            if top < 0 or top >= self._rgba.shape[0]:
+                continue
+            item = pg.TextItem(label, color=_FIXED_LABEL_RGBA, anchor=(0, 0.5))
+            item.setPos(0, top + self._heads / 2)
+            item.setZValue(8)
+            self.plot.addItem(item)
+            self._fixed_items.append(item)
 
     def _diff_possible(self) -> bool:
         p = self._pinned

@@ -59,6 +59,23 @@ def find_cached_models(cache: Path | None = None) -> list[tuple[str, Path]]:
     return found
 
 
+def _shown(token: str) -> str:
+    """A token as the view inserts it: every line break (\\r\\n, \\r, \\n) one \\n, so a break split across two
+    tokens stays two breaks and each token's length is its own."""
+    return token.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def text_spans(tokens: list[str]) -> tuple[list[int], list[int]]:
+    """(starts, ends): each shown token's document position range when inserted back to back. A QTextDocument
+    counts UTF-16 code units (a character outside the BMP takes two) and one position per paragraph break."""
+    starts, ends, pos = [], [], 0
+    for token in tokens:
+        starts.append(pos)
+        pos += len(_shown(token).encode("utf-16-le")) // 2
+        ends.append(pos)
+    return starts, ends
+
+
 class _TokenView(QTextEdit):
     """Read-only token text; reports which token position is under the mouse."""
 
@@ -271,18 +288,23 @@ class SessionPanel(QWidget):
         self._set_session_state(loaded=True, prefilled=False)
 
     def set_generated(self, tokens: list[str], prompt_len: int) -> None:
-        """Show the whole sequence (prompt tokens greyed, then generated ones); enables Step/Generate."""
+        """Show the whole sequence (prompt tokens greyed, then generated ones); enables Step/Generate.
+
+        Two inserts (prompt, continuation) rather than one per token, with each token's character range
+        computed in Python (`text_spans`): 32k tokens are built in tens of milliseconds, not seconds.
+        """
         view = self.generatedView
         view.clear()
         cursor = QTextCursor(view.document())
         prompt_fmt, gen_fmt = QTextCharFormat(), QTextCharFormat()
         prompt_fmt.setForeground(PROMPT_TOKEN_COLOUR)
-        starts, ends = [], []
-        for i, token in enumerate(tokens):
-            starts.append(cursor.position())
-            cursor.insertText(token, prompt_fmt if i < prompt_len else gen_fmt)
-            ends.append(cursor.position())
-        view.starts, view.ends = starts, ends
+        view.setUpdatesEnabled(False)
+        try:
+            cursor.insertText("".join(map(_shown, tokens[:prompt_len])), prompt_fmt)
+            cursor.insertText("".join(map(_shown, tokens[prompt_len:])), gen_fmt)
+        finally:
+            view.setUpdatesEnabled(True)
+        view.starts, view.ends = text_spans(tokens)
         view.moveCursor(QTextCursor.MoveOperation.End)
         self._set_session_state(loaded=True, prefilled=True)
 

@@ -47,6 +47,7 @@ def chat_window(qapp, model_dirs, tmp_path):
 def _prefill_and_read(window: MainWindow) -> str:
     """Click Prefill and return the token view's text once the new sequence is shown."""
     view = window.sessionPanel.generatedView
+    wait_until(window.sessionPanel.prefillButton.isEnabled)  # the previous job has finished
     view.clear()
     QTest.mouseClick(window.sessionPanel.prefillButton, Qt.MouseButton.LeftButton)
     wait_until(lambda: view.toPlainText() != "")

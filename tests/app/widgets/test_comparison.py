@@ -45,12 +45,14 @@ def test_metrics_panel_formats_and_missing(qtbot):
     panel = MetricsPanel()
     qtbot.addWidget(panel)
     assert panel.objectName() == "metricsPanel"
-    assert panel.text().count("—") == 11
+    assert panel.text().count("—") == 13
     panel.set_metrics(
         {
             "bytes_dense": 4 * 1024 * 1024,
             "bytes_compressed": 512 * 1024,
             "compression_ratio": 8.0,
+            "bytes_not_compressible": 2048,
+            "compressible_ratio": 0.25,
             "agreement": 0.875,
             "kl_mean": 0.01234,
             "kl_max": 0.5,
@@ -63,6 +65,7 @@ def test_metrics_panel_formats_and_missing(qtbot):
     assert "Bytes dense: 4.00 MiB" in text
     assert "Bytes compressed: 512.00 KiB" in text
     assert "Compression ratio: 8.00×" in text
+    assert "Not compressible: 2.00 KiB" in text and "Ratio, compressible layers: 0.25×" in text
     assert "Top-1 agreement: 87.5 %" in text
     assert "KL mean: 0.01234" in text and "NLL delta: +0.031" in text
     assert "First divergence: token 12" in text
