@@ -14,6 +14,7 @@ from typing import Any
 from app.engine_thread import Cancelled, Job, JobContext
 from app.view_model import CompressionView, LoadedModel, SequenceView, compression_view, sequence_view
 from kvcore import capture
+from kvcore.needle_grid import GridCell, run_grid
 from kvcore.session import CompressionConfig, Session
 from kvcore.sweep import SweepPoint, run_sweep
 
@@ -149,5 +150,31 @@ def sweep(configs: list[dict[str, Any]]) -> Job:
             ctx.publish(point)
         ctx.check_cancelled()
         return points
+
+    return job
+
+
+#: The Session the needle grid prefills its probes on: the model's own, so the main view's prefill stays.
+GRID_SESSION = "grid_session"
+
+
+def needle_grid(specs: list[dict[str, Any]], configs: list[dict[str, Any]]) -> Job:
+    """Run a needle grid (kvcore.needle_grid) on a second Session sharing the loaded model, publishing each
+    finished cell; the main session's prefill and compression are left as they are."""
+
+    def job(ctx: JobContext) -> list[GridCell]:
+        main = _session(ctx)
+        session = ctx.state.get(GRID_SESSION)
+        if session is None or session.model is not main.model:
+            session = Session(main.model, main.tokenizer, main.info)
+            ctx.state[GRID_SESSION] = session
+        cfgs = [CompressionConfig.from_dict(c) for c in configs]
+        cells = []
+        for cell in run_grid(session, specs, cfgs, should_cancel=ctx.cancelled):
+            cells.append(cell)
+            ctx.publish(cell)
+            ctx.progress(len(cells) / len(specs), f"Needle grid {len(cells)}/{len(specs)}")
+        ctx.check_cancelled()
+        return cells
 
     return job

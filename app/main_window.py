@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QApplication, QDockWidget, QFileDialog, QMainWindo
 from app import jobs
 from app.arrow_keys import ArrowKeyGuard
 from app.engine_thread import EngineThread, JobFailure, JobResult
+from app.needles import NeedleController
 from app.pinning import PinController
 from app.plot_exports import ask_image_path, export_plot, export_rows
 from app.settings import Settings
@@ -25,6 +26,7 @@ from app.view_model import CompressionView, LoadedModel, SequenceView
 from app.widgets.comparison import ComparisonView, MetricsPanel
 from app.widgets.controls import CompressionControls
 from app.widgets.heatmap import RetentionHeatmap
+from app.widgets.needle_panel import NeedlePanel
 from app.widgets.session_panel import SessionPanel, find_cached_models
 from app.widgets.sweep_panel import SweepPanel
 from app.window_parts import StatsPane, StatusArea, build_menus
@@ -35,7 +37,13 @@ from kvcore.resources import demo_model_dir, prompts_dir, resources_dir
 CONTINUATION_TOKENS = 32
 DEFAULT_SIZE = (1440, 900)
 #: Jobs long enough that the run buttons wait for them (a recompress does not block Prefill).
-LONG_KINDS = {"load": "Loading model", "prefill": "Prefilling", "extend": "Generating", "sweep": "Sweeping"}
+LONG_KINDS = {
+    "load": "Loading model",
+    "prefill": "Prefilling",
+    "extend": "Generating",
+    "sweep": "Sweeping",
+    "needles": "Running the needle grid",
+}
 
 
 def native_shortcut(keys: str) -> str:
@@ -85,6 +93,7 @@ class MainWindow(QMainWindow):
 
         self._build_ui()
         self.sweeping = SweepController(self)
+        self.needles = NeedleController(self)
         self.actions_ = build_menus(self)
         self.pinning = PinController(self)
         self._guard = ArrowKeyGuard(self)
@@ -126,6 +135,9 @@ class MainWindow(QMainWindow):
         self.sweepPanel = SweepPanel()
         self.sweepDock = self._dock("Sweep", self.sweepPanel, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.tabifyDockWidget(self.statsDock, self.sweepDock)
+        self.needlePanel = NeedlePanel()
+        self.needleDock = self._dock("Needle grid", self.needlePanel, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.tabifyDockWidget(self.sweepDock, self.needleDock)
         self.statsDock.raise_()
         self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
@@ -275,6 +287,8 @@ class MainWindow(QMainWindow):
             self._show_compression(value)
         elif result.kind == "sweep":
             self.sweeping.on_finished(result)
+        elif result.kind == "needles":
+            self.needles.on_finished(result)
 
     def _show_loaded(self, loaded: LoadedModel) -> None:
         info = loaded.info
@@ -354,6 +368,9 @@ class MainWindow(QMainWindow):
     def _on_failed(self, failure: JobFailure) -> None:
         if failure.kind == "sweep":
             self.sweeping.on_failed(failure)
+            return
+        if failure.kind == "needles":
+            self.needles.on_failed(failure)
             return
         if failure.cancelled:
             self.status.show(f"{failure.kind.capitalize()} cancelled.")

@@ -177,10 +177,12 @@ def build_menus(window: MainWindow) -> WindowActions:
         window.comparisonDock,
         window.statsDock,
         window.sweepDock,
+        window.needleDock,
     ):
         view_menu.addAction(dock.toggleViewAction())
     view_menu.addSeparator()
     view_menu.addAction(window.sweeping.show_action)
+    view_menu.addAction(window.needles.show_action)
 
     help_menu = bar.addMenu("&Help")
     about = _action(window, "&About KV Lens", lambda: _about(window))

@@ -5,24 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QFormLayout,
-    QHBoxLayout,
     QLabel,
     QLineEdit,
-    QListWidget,
-    QListWidgetItem,
     QProgressBar,
     QPushButton,
-    QSplitter,
-    QVBoxLayout,
     QWidget,
 )
 
 from app.widgets.controls import DEFAULT_METHODS, GROUP_SIZES
 from app.widgets.frontier import FrontierPlot
+from app.widgets.method_list import MethodChecklist, run_layout
 from kvcore.defaults import ALLOWED_BITS, UNQUANTIZED_BITS
 from kvcore.sweep import parse_ratios
 
@@ -72,15 +67,9 @@ class SweepPanel(QWidget):
     def __init__(self, methods: list[str] | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("sweepPanel")
-        self.methodsList = QListWidget(objectName="sweepMethodsList")
-        self.methodsList.setToolTip("Methods to sweep (tick several)")
-        for name in methods or DEFAULT_METHODS:
-            item = QListWidgetItem(name)
-            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-            item.setCheckState(
-                Qt.CheckState.Checked if name in DEFAULT_SWEEP_METHODS else Qt.CheckState.Unchecked
-            )
-            self.methodsList.addItem(item)
+        self.methodsList = MethodChecklist(
+            methods or DEFAULT_METHODS, DEFAULT_SWEEP_METHODS, "sweepMethodsList"
+        )
         self.ratiosEdit = QLineEdit(DEFAULT_RATIOS, objectName="sweepRatiosEdit")
         self.ratiosEdit.setToolTip(
             "Retention ratios: a list (0.1,0.25,0.5) or a range start:stop:step (0.1:0.9:0.1)"
@@ -103,30 +92,22 @@ class SweepPanel(QWidget):
         self.exportCsvButton.setToolTip("Save the sweep with the columns of `kvlens sweep`")
         self.frontier = FrontierPlot()
 
-        form = QFormLayout()
-        form.addRow("Methods", self.methodsList)
-        form.addRow("Ratios", self.ratiosEdit)
-        form.addRow("Bits", self.bitsEdit)
-        form.addRow("Group size", self.groupSizeCombo)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.runButton)
-        buttons.addWidget(self.cancelButton)
-        left = QWidget()
-        column = QVBoxLayout(left)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.addLayout(form)
-        column.addLayout(buttons)
-        column.addWidget(self.progressBar)
-        column.addWidget(self.estimateLabel)
-        column.addStretch(1)
-        column.addWidget(self.exportCsvButton)
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(left)
-        splitter.addWidget(self.frontier)
-        splitter.setStretchFactor(1, 3)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
-        layout.addWidget(splitter)
+        rows = [
+            ("Methods", self.methodsList),
+            ("Ratios", self.ratiosEdit),
+            ("Bits", self.bitsEdit),
+            ("Group size", self.groupSizeCombo),
+        ]
+        run_layout(
+            self,
+            rows,
+            self.runButton,
+            self.cancelButton,
+            self.progressBar,
+            self.estimateLabel,
+            [self.exportCsvButton],
+            self.frontier,
+        )
 
         self.runButton.clicked.connect(self.runRequested)
         self.cancelButton.clicked.connect(self.cancelRequested)
@@ -135,13 +116,10 @@ class SweepPanel(QWidget):
     # -- input ------------------------------------------------------------------------------------
 
     def checked_methods(self) -> list[str]:
-        items = (self.methodsList.item(i) for i in range(self.methodsList.count()))
-        return [it.text() for it in items if it.checkState() == Qt.CheckState.Checked]
+        return self.methodsList.checked()
 
     def set_methods(self, names: list[str]) -> None:
-        for i in range(self.methodsList.count()):
-            item = self.methodsList.item(i)
-            item.setCheckState(Qt.CheckState.Checked if item.text() in names else Qt.CheckState.Unchecked)
+        self.methodsList.set_checked(names)
 
     def spec(self) -> SweepSpec:
         """What the user asked for; ValueError with the fix for anything the sweep cannot run."""

@@ -1,0 +1,131 @@
+"""The needle-in-a-haystack heatmap: one small depth × length grid per cache (dense first, then each
+configuration), green where the probe's value was recalled, red where not, grey while still to run.
+
+Clicking a cell emits `cellClicked(panel, length_index, depth_index)`; the window opens that prompt and cache.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from app.widgets.plot_export import export_graphics
+
+RECALLED = (46, 160, 67, 255)
+MISSED = (215, 58, 73, 255)
+PENDING = (200, 200, 200, 255)
+#: Panels per row of the layout.
+COLUMNS = 4
+
+
+class NeedleGridView(QWidget):
+    """Panels of [lengths × depths] cells; depth 0 (needle at the start) at the top, as the usual plots show."""
+
+    cellClicked = Signal(int, int, int)  # noqa: N815 (Qt signal naming): panel, length index, depth index
+    hoverInfo = Signal(str)  # noqa: N815
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("needleGridView")
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setObjectName("needleGridGraphics")
+        self.graphics.setBackground("w")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.graphics)
+        self._titles: list[str] = []
+        self._depths: list[float] = []
+        self._lengths: list[int] = []
+        self._state = np.zeros(
+            (0, 0, 0), dtype=np.int8
+        )  # [panel, length, depth]: -1 pending, 0 missed, 1 hit
+        self._plots: list[pg.PlotItem] = []
+        self._images: list[pg.ImageItem] = []
+        self.graphics.scene().sigMouseClicked.connect(self._on_click)
+        self.graphics.scene().sigMouseMoved.connect(self._on_move)
+
+    def set_grid(self, titles: Sequence[str], depths: Sequence[float], lengths: Sequence[int]) -> None:
+        """Lay out one empty (pending) panel per title."""
+        self._titles, self._depths, self._lengths = list(titles), list(depths), list(lengths)
+        self._state = np.full((len(titles), len(lengths), len(depths)), -1, dtype=np.int8)
+        self.graphics.clear()
+        self._plots, self._images = [], []
+        for i, title in enumerate(titles):
+            plot = self.graphics.addPlot(row=i // COLUMNS, col=i % COLUMNS, title=title)
+            plot.setMouseEnabled(x=False, y=False)
+            plot.hideButtons()
+            plot.invertY(True)
+            plot.getAxis("bottom").setTicks([[(j + 0.5, str(n)) for j, n in enumerate(lengths)]])
+            plot.getAxis("left").setTicks([[(j + 0.5, f"{d:g}") for j, d in enumerate(depths)]])
+            plot.setLabel("bottom", "prompt tokens")
+            plot.setLabel("left", "needle depth")
+            image = pg.ImageItem()
+            plot.addItem(image)
+            plot.setRange(xRange=(0, len(lengths)), yRange=(0, len(depths)), padding=0)
+            self._plots.append(plot)
+            self._images.append(image)
+            self._paint(i)
+
+    def set_cell(self, length_index: int, depth_index: int, recalled: Sequence[bool]) -> None:
+        """One probe's result for every panel (recalled[i] for panel i)."""
+        for panel, hit in enumerate(recalled):
+            self._state[panel, length_index, depth_index] = int(bool(hit))
+            self._paint(panel)
+
+    def state(self) -> np.ndarray:
+        """[panel, length, depth]: 1 recalled, 0 missed, -1 not run."""
+        return self._state.copy()
+
+    def has_data(self) -> bool:
+        return bool((self._state >= 0).any())
+
+    def export_image(self, path: str | os.PathLike[str]) -> None:
+        export_graphics(self.graphics.ci, path)
+
+    def cell_scene_position(self, panel: int, length_index: int, depth_index: int) -> QPointF:
+        return self._plots[panel].vb.mapViewToScene(QPointF(length_index + 0.5, depth_index + 0.5))
+
+    def cell_widget_position(self, panel: int, length_index: int, depth_index: int):  # noqa: ANN201 (QPoint)
+        return self.graphics.mapFromScene(self.cell_scene_position(panel, length_index, depth_index))
+
+    def cell_at(self, scene_pos: QPointF) -> tuple[int, int, int] | None:
+        for panel, plot in enumerate(self._plots):
+            if plot.vb.sceneBoundingRect().contains(scene_pos):
+                p = plot.vb.mapSceneToView(scene_pos)
+                li, di = int(np.floor(p.x())), int(np.floor(p.y()))
+                if 0 <= li < len(self._lengths) and 0 <= di < len(self._depths):
+                    return panel, li, di
+        return None
+
+    def _paint(self, panel: int) -> None:
+        rgba = np.empty((*self._state.shape[1:], 4), dtype=np.ubyte)
+        cells = self._state[panel]
+        rgba[cells == -1] = PENDING
+        rgba[cells == 0] = MISSED
+        rgba[cells == 1] = RECALLED
+        self._images[panel].setImage(rgba, autoLevels=False, levels=(0, 255))
+
+    def _on_click(self, event) -> None:  # noqa: ANN001 (pyqtgraph MouseClickEvent)
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        cell = self.cell_at(event.scenePos())
+        if cell is not None:
+            event.accept()
+            self.cellClicked.emit(*cell)
+
+    def _on_move(self, scene_pos: QPointF) -> None:
+        cell = self.cell_at(scene_pos)
+        if cell is None:
+            self.hoverInfo.emit("")
+            return
+        panel, li, di = cell
+        state = {-1: "not run yet", 0: "missed", 1: "recalled"}[int(self._state[panel, li, di])]
+        self.hoverInfo.emit(
+            f"{self._titles[panel]} · {self._lengths[li]} tokens · depth {self._depths[di]:g}: {state} "
+            "(click to open this prompt and cache)"
+        )
