@@ -24,6 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvcore.samples import sample_prompts
+
 OPEN_FOLDER = "Open folder…"
 PROMPT_TOKEN_COLOUR = QColor(130, 130, 130)
 HOVER_BACKGROUND = QColor(0, 200, 255, 90)
@@ -330,11 +332,13 @@ class SessionPanel(QWidget):
     def _load_prompts(self, folder: Path | None) -> None:
         combo = self.samplePromptCombo
         combo.clear()
-        files = sorted(folder.glob("*.txt")) if folder and folder.is_dir() else []
-        combo.addItem("Sample prompts…" if files else "No sample prompts", None)
-        for f in files:
-            combo.addItem(f.stem.replace("_", " "), str(f))
-        combo.setEnabled(bool(files))
+        samples = sample_prompts(folder)
+        combo.addItem("Sample prompts…" if samples else "No sample prompts", None)
+        for sample in samples:
+            combo.addItem(sample.title, str(sample.path))
+            if sample.note:
+                combo.setItemData(combo.count() - 1, sample.note, Qt.ItemDataRole.ToolTipRole)
+        combo.setEnabled(bool(samples))
 
     def _on_sample_chosen(self, index: int) -> None:
         path = self.samplePromptCombo.itemData(index)

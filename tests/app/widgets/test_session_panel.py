@@ -30,6 +30,7 @@ def panel(qtbot, tmp_path):
     prompts.mkdir()
     (prompts / "b_code.txt").write_text("def f(x):\n")
     (prompts / "a_story.txt").write_text("Once upon a time")
+    (prompts / "notes.json").write_text('{"b_code.txt": "What to look for in b."}')
     widget = SessionPanel(
         demo_model="/res/models/demo",
         recent_models=["/m/recent1", "/m/recent2"],
@@ -84,6 +85,8 @@ def test_open_folder_entry_uses_dialog(panel, qtbot, monkeypatch, tmp_path):
 def test_sample_prompts_and_run_signals(panel, qtbot):
     combo = panel.samplePromptCombo
     assert [combo.itemText(i) for i in range(combo.count())] == ["Sample prompts…", "a story", "b code"]
+    assert combo.itemData(2, Qt.ItemDataRole.ToolTipRole) == "What to look for in b."
+    assert combo.itemData(1, Qt.ItemDataRole.ToolTipRole) is None
     combo.activated.emit(2)
     assert panel.promptEdit.toPlainText() == "def f(x):\n"
     assert not panel.prefillButton.isEnabled() and not panel.stepButton.isEnabled()
