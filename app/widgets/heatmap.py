@@ -1,7 +1,9 @@
 """Retention heatmap: rows are (layer, kv-head), columns are token positions.
 
-The RGBA image is built with NumPy LUT indexing and pushed with autoLevels=False, so a
-32 layers x 8 kv-heads x 8k positions cache refreshes in milliseconds while a slider moves.
+The RGBA image is built with NumPy LUT indexing and pushed with autoLevels=False. Only the visible columns are
+drawn, binned so that one image column is one screen pixel (app.widgets.heatmap_bins: kept fraction, mean
+score): a 36 layers x 8 kv-heads x 32k positions cache refreshes within a frame while a slider moves, and
+zoomed in the cells are exact.
 """
 
 from __future__ import annotations
@@ -13,10 +15,18 @@ import os
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QCursor, QFontMetrics
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolTip, QVBoxLayout, QWidget
 
+from app.widgets.heatmap_bins import (
+    bin_counts,
+    bin_masked_means,
+    bin_means,
+    bin_sizes,
+    bin_width,
+    fraction_index,
+)
 from app.widgets.plot_export import export_graphics
 from app.widgets.token_axis import TokenAxis, token_label
 
@@ -76,6 +86,17 @@ def _finite_range(values: np.ndarray, mask: np.ndarray | None = None) -> tuple[f
         return 0.0, 1.0
     lo, hi = float(sel.min()), float(sel.max())
     return (lo, hi) if hi > lo else (lo, lo + 1.0)
+
+
+def _fraction_lut() -> np.ndarray:
+    """256 colours from evicted (none of a bin kept) to kept (all of it), endpoints exact."""
+    t = np.linspace(0.0, 1.0, 256)[:, None]
+    lut = np.rint(np.array(EVICTED_RGBA) * (1 - t) + np.array(KEPT_RGBA) * t).astype(np.uint8)
+    lut[0], lut[-1] = EVICTED_RGBA, KEPT_RGBA
+    return lut
+
+
+_FRACTION_LUT = _fraction_lut()
 
 
 def render_kept(kept: np.ndarray) -> np.ndarray:
@@ -200,6 +221,8 @@ class RetentionHeatmap(QWidget):
         self._row_offset = 0
         self._rgba = np.zeros((0, 0, 4), dtype=np.uint8)
         self._shown_shape: tuple[int, int] | None = None
+        self._window_shown: tuple | None = None  # (first row, first column, end column, bin width) drawn
+        self._fitting = False
         self._last_cell: tuple[int, int] | None = None
         self._fixed: dict[int, str] = {}  # layer stored whole -> its label
         self._fixed_items: list[pg.TextItem] = []
@@ -256,6 +279,8 @@ class RetentionHeatmap(QWidget):
 
         self.viewCombo.currentIndexChanged.connect(self._refresh)
         self.layerCombo.currentIndexChanged.connect(self._refresh)
+        self.plot.vb.sigXRangeChanged.connect(self._on_range_changed)
+        self.plot.vb.sigResized.connect(self._on_range_changed)
         self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self._update_view_availability()
 
@@ -368,8 +393,16 @@ class RetentionHeatmap(QWidget):
             self.legendLabel.setText(self._diff_legend())  # its totals run up to the boundary
 
     def image_rgba(self) -> np.ndarray:
-        """A copy of the RGBA image currently displayed, shape (rows shown, T, 4)."""
-        return self._rgba.copy()
+        """The shown rows at one image column per position, shape (rows shown, T, 4): what the display shows
+        zoomed in (zoomed out, it shows bins of this; see `displayed_window`)."""
+        rows = self._visible_rows()
+        if self._kept[rows].size == 0:
+            return np.zeros((0, 0, 4), dtype=np.uint8)
+        return self._render_window(rows, 0, self._kept.shape[1], 1)[0]
+
+    def displayed_window(self) -> tuple[int, int, int] | None:
+        """(first column, end column, positions per image column) of the image on screen; None when empty."""
+        return None if self._window_shown is None else self._window_shown[1:4]
 
     def info_at(self, row: int, position: int) -> str:
         """Describe displayed cell (row, position): layer, kv-head, position, token, score, kept."""
@@ -397,7 +430,11 @@ class RetentionHeatmap(QWidget):
         """Indices of the displayed rows that belong to layers stored whole."""
         layers = np.array(sorted(self._fixed), dtype=np.int64)
         rows = (layers[:, None] * self._heads + np.arange(self._heads)[None, :]).ravel() - self._row_offset
-        return rows[(rows >= 0) & (rows < self._rgba.shape[0])]
+        return rows[(rows >= 0) & (rows < self._n_shown_rows())]
+
+    def _n_shown_rows(self) -> int:
+        rows = self._visible_rows()
+        return len(range(*rows.indices(self._kept.shape[0])))
 
     def fixed_labels(self) -> list[str]:
         """The labels drawn on the displayed not-compressible layers."""
@@ -458,43 +495,110 @@ class RetentionHeatmap(QWidget):
     def _refresh(self) -> None:
         rows = self._visible_rows()
         self._row_offset = rows.start
-        kept = self._kept[rows]
-        view = self.viewCombo.currentText()
-        bar = None
-        if view == VIEW_SCORES and self._scores is not None:
-            scores = self._scores[rows]
-            lo, hi = _finite_range(scores)
-            rgba, bar = render_scores(kept, scores, lo, hi), (_SCORE_MAP, lo, hi, "score")
-        elif view == VIEW_QUANT and self._quant is not None:
-            err = self._quant[rows]
-            lo, hi = _finite_range(err, kept)
-            rgba, bar = render_quant(kept, err, lo, hi), (_QUANT_MAP, lo, hi, "quant error")
-        elif view == VIEW_DIFF and self._diff_possible():
-            rgba = render_diff(kept, self._pinned_columns(rows))
-        else:
-            rgba = render_kept(kept)
-        self._rgba = rgba
-        self._draw_fixed(rows)
         self._y_axis.labels = self._labels[rows]
         self._y_axis.heads = self._heads
         self._y_axis.layer_offset = rows.start // self._heads
-        self._show(rgba)
-        self._show_colour_bar(bar)
+        self._fit_range()
+        self._render(force=True)
+        self._draw_fixed_labels(rows)
+        self._x_axis.picture = None
+        self._y_axis.picture = None
+        self._x_axis.update()
+        self._y_axis.update()
+        view = self.viewCombo.currentText()
         diff = view == VIEW_DIFF and self._diff_possible()
         self.legendLabel.setText(self._diff_legend() if diff else _KEPT_LEGEND)
+
+    def _fit_range(self) -> None:
+        """Show everything when the shape of the shown data changed; keep the zoom otherwise."""
+        shape = (self._n_shown_rows(), self._kept.shape[1])
+        if shape == self._shown_shape:
+            return
+        self._shown_shape = shape
+        if 0 in shape:
+            return
+        rows, length = shape
+        self._fitting = True
+        try:
+            self.plot.setLimits(xMin=0, xMax=length, yMin=0, yMax=rows)
+            self.plot.setRange(xRange=(0, length), yRange=(0, rows), padding=0)
+        finally:
+            self._fitting = False
+
+    def _window(self) -> tuple[int, int, int]:
+        """(first column, end column, bin width) covering the visible x range at one bin per screen pixel."""
+        length = self._kept.shape[1]
+        (x0, x1), _ = self.plot.vb.viewRange()
+        lo, hi = max(0, math.floor(x0)), min(length, math.ceil(x1))
+        if hi <= lo:
+            lo, hi = 0, length
+        pixels = self.plot.vb.width() * self.graphics.devicePixelRatioF()
+        width = bin_width(hi - lo, pixels if pixels >= 2 else 1024)
+        first = (lo // width) * width
+        return first, min(length, -(-hi // width) * width), width
+
+    def _on_range_changed(self, *_: object) -> None:
+        if not self._fitting:
+            self._render(force=False)
+
+    def _render(self, force: bool) -> None:
+        """Draw the visible window (again only if it moved, when not forced)."""
+        rows = self._visible_rows()
+        if self._kept[rows].size == 0:
+            self.image.clear()
+            self._rgba = np.zeros((0, 0, 4), dtype=np.uint8)
+            self._window_shown = None
+            self._show_colour_bar(None)
+            self.legendLabel.setVisible(True)
+            return
+        first, end, width = self._window()
+        key = (rows.start, first, end, width)
+        if not force and key == self._window_shown:
+            return
+        rgba, bar = self._render_window(rows, first, end, width)
+        self._rgba, self._window_shown = rgba, key
+        self.image.setImage(rgba, autoLevels=False, levels=(0, 255))
+        self.image.setRect(QRectF(first, 0, rgba.shape[1] * width, rgba.shape[0]))
+        self._show_colour_bar(bar)
         self.legendLabel.setVisible(bar is None)
 
-    def _draw_fixed(self, rows: slice) -> None:
-        """Grey out the displayed rows of layers stored whole and put their label on them."""
+    def _render_window(
+        self, rows: slice, first: int, end: int, width: int
+    ) -> tuple[np.ndarray, tuple[str, float, float, str] | None]:
+        """RGBA of `rows` x columns first..end in bins of `width` positions, and the colour bar it needs."""
+        kept = self._kept[rows, first:end]
+        counts = bin_counts(kept, width)
+        n = end - first
+        major = counts.astype(np.int64) * 2 >= bin_sizes(n, width)[None, :]  # most of the bin is kept
+        view = self.viewCombo.currentText()
+        bar = None
+        if view == VIEW_SCORES and self._scores is not None:
+            scores = bin_means(self._scores[rows, first:end], width)
+            lo, hi = _finite_range(scores)
+            rgba, bar = render_scores(major, scores, lo, hi), (_SCORE_MAP, lo, hi, "score")
+        elif view == VIEW_QUANT and self._quant is not None:
+            err = bin_masked_means(self._quant[rows, first:end], kept, counts, width)
+            lo, hi = _finite_range(err)
+            rgba, bar = render_quant(counts > 0, err, lo, hi), (_QUANT_MAP, lo, hi, "quant error")
+        elif view == VIEW_DIFF and self._diff_possible():
+            pinned = bin_counts(self._pinned_columns(rows)[:, first:end], width)
+            pinned_major = pinned.astype(np.int64) * 2 >= bin_sizes(n, width)[None, :]
+            rgba = render_diff(major, pinned_major)
+        else:
+            rgba = _apply(_FRACTION_LUT, fraction_index(counts, width, n))
+        if self._fixed:
+            paint_fixed_rows(rgba, major, self.fixed_rows())
+        return rgba, bar
+
+    def _draw_fixed_labels(self, rows: slice) -> None:
+        """Put the label of each displayed layer stored whole on its rows."""
         for item in self._fixed_items:
             self.plot.removeItem(item)
         self._fixed_items = []
-        if not self._fixed or self._rgba.size == 0:
-            return
-        paint_fixed_rows(self._rgba, self._kept[rows], self.fixed_rows())
+        shown = self._n_shown_rows()
         for layer, label in sorted(self._fixed.items()):
             top = layer * self._heads - rows.start
-            if top < 0 or top >= self._rgba.shape[0]:
+            if top < 0 or top >= shown:
                 continue
             item = pg.TextItem(label, color=_FIXED_LABEL_RGBA, anchor=(0, 0.5))
             item.setPos(0, top + self._heads / 2)
@@ -530,23 +634,6 @@ class RetentionHeatmap(QWidget):
         )
         return f"{keys} &nbsp;<i>(pinned: {html.escape(self._pinned_label)})</i>"
 
-    def _show(self, rgba: np.ndarray) -> None:
-        if rgba.size == 0:
-            self.image.clear()
-            self._shown_shape = None
-            return
-        self.image.setImage(rgba, autoLevels=False, levels=(0, 255))
-        shape = rgba.shape[:2]
-        if shape != self._shown_shape:
-            rows, length = shape
-            self.plot.setLimits(xMin=0, xMax=length, yMin=0, yMax=rows)
-            self.plot.setRange(xRange=(0, length), yRange=(0, rows), padding=0)
-            self._shown_shape = shape
-        self._x_axis.picture = None
-        self._y_axis.picture = None
-        self._x_axis.update()
-        self._y_axis.update()
-
     def _show_colour_bar(self, bar: tuple[str, float, float, str] | None) -> None:
         self.colorBar.setVisible(bar is not None)
         if bar is None:
@@ -571,11 +658,11 @@ class RetentionHeatmap(QWidget):
         self.hoverInfo.emit(text)
 
     def _cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
-        if self._rgba.size == 0 or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
+        if self._window_shown is None or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
             return None
         point = self.plot.vb.mapSceneToView(scene_pos)
         row, col = math.floor(point.y()), math.floor(point.x())
-        rows, length = self._rgba.shape[:2]
+        rows, length = self._n_shown_rows(), self._kept.shape[1]
         if 0 <= row < rows and 0 <= col < length:
             return row, col
         return None
