@@ -4,8 +4,8 @@ mlx-lm's `save_prompt_cache` cannot restore our classes (it looks class names up
 would run code from the file. The file here is a plain safetensors file: arrays named `<layer>.<field>` and one
 metadata entry, `kvlens`, holding JSON with the format version, every layer's class and scalars, the caller's
 metadata and a SHA-256 digest over that JSON and all array bytes, so truncation and tampering are detected before a
-cache is built. Classes are looked up in a fixed table, never by an arbitrary name. Writes are atomic: a temp file
-in the target folder, flushed, then `os.replace`.
+cache is built. Classes are looked up in a fixed table, never by an arbitrary name. Writes are atomic
+(`kvcore.atomic`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
+from kvcore.atomic import write_stream
 from kvcore.caches import SparseKVCache, SparseQuantizedKVCache, validate_quantization
 
 FORMAT = "kvlens-cache"
@@ -92,17 +92,7 @@ def save_cache(path: str | os.PathLike, cache: Sequence[Any], metadata: dict | N
         raise ValueError(f"{path}: metadata must be JSON-serializable ({e})") from e
     mx.eval(list(arrays.values()))
     header["sha256"] = _digest(header, arrays)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".safetensors")
-    os.close(fd)
-    try:
-        mx.save_safetensors(tmp, arrays, {_KEY: json.dumps(header, sort_keys=True)})
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_stream(path, lambda fh: mx.save_safetensors(fh, arrays, {_KEY: json.dumps(header, sort_keys=True)}))
 
 
 def _read_header(path: Path) -> dict[str, Any]:
