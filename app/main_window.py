@@ -24,17 +24,16 @@ from app.settings import Settings
 from app.sweeping import SweepController
 from app.view_model import CompressionView, LoadedModel, SequenceView
 from app.widgets.comparison import ComparisonView, MetricsPanel
-from app.widgets.controls import CompressionControls
+from app.widgets.controls import DEFAULTS, CompressionControls
 from app.widgets.heatmap import RetentionHeatmap
 from app.widgets.needle_panel import NeedlePanel
 from app.widgets.session_panel import SessionPanel, find_cached_models
 from app.widgets.sweep_panel import SweepPanel
 from app.window_parts import StatsPane, StatusArea, build_menus
 from kvcore import model_checks
+from kvcore.defaults import DEFAULT_CONTINUATION_TOKENS
 from kvcore.resources import demo_model_dir, prompts_dir, resources_dir
 
-#: Dense continuation computed at prefill: the reference every compressed run is measured against.
-CONTINUATION_TOKENS = 32
 DEFAULT_SIZE = (1440, 900)
 #: Jobs long enough that the run buttons wait for them (a recompress does not block Prefill).
 LONG_KINDS = {
@@ -64,7 +63,7 @@ class MainWindow(QMainWindow):
         self,
         model: str | None = None,
         settings_path: str | Path | None = None,
-        continuation_tokens: int = CONTINUATION_TOKENS,
+        continuation_tokens: int = DEFAULT_CONTINUATION_TOKENS,
     ) -> None:
         super().__init__()
         self.setWindowTitle("KV Lens")
@@ -440,7 +439,7 @@ class MainWindow(QMainWindow):
         try:
             self.controls.set_config(last)
         except ValueError as exc:
-            self.controls.set_config({"method": "snapkv", "ratio": 0.25, "bits": None, "group_size": 64})
+            self.controls.set_config(DEFAULTS)
             return f"Settings: {exc}; defaults used."
         if self.controls.config()["method"] != s.last_method:
             return f"Settings: unknown method {s.last_method!r}; using {self.controls.config()['method']}."

@@ -23,7 +23,7 @@ from kvcore.sweep import parse_ratios
 
 DEFAULT_SWEEP_METHODS = ("streaming_llm", "snapkv", "h2o")
 DEFAULT_RATIOS = "0.1,0.25,0.5,0.75"
-DEFAULT_BITS = "16"
+DEFAULT_SWEEP_BITS = str(UNQUANTIZED_BITS)
 #: The retention slider moves in whole percents; a swept ratio must be one so that clicking its point can set it.
 RATIO_STEP = 0.01
 
@@ -74,7 +74,7 @@ class SweepPanel(QWidget):
         self.ratiosEdit.setToolTip(
             "Retention ratios: a list (0.1,0.25,0.5) or a range start:stop:step (0.1:0.9:0.1)"
         )
-        self.bitsEdit = QLineEdit(DEFAULT_BITS, objectName="sweepBitsEdit")
+        self.bitsEdit = QLineEdit(DEFAULT_SWEEP_BITS, objectName="sweepBitsEdit")
         self.bitsEdit.setToolTip("Bit widths, comma-separated; 16 = not quantized")
         self.groupSizeCombo = QComboBox(objectName="sweepGroupSizeCombo")
         for size in GROUP_SIZES:
