@@ -78,6 +78,15 @@ def test_stats_rows_match_kept_mask_and_attention_mass(session):
     assert all(r["attention_mass_kept"] == pytest.approx(1.0, abs=1e-4) for r in full.stats_rows)
 
 
+def test_attention_mass_is_measured_over_the_configured_window(session):
+    """knorm ignores the window, so both configs keep the same positions; only the measuring window differs."""
+    narrow = session.compress(CompressionConfig("knorm", 0.25, window=4))
+    wide = session.compress(CompressionConfig("knorm", 0.25, window=64))
+    assert (narrow.kept == wide.kept).all()
+    mass = [np.array([r["attention_mass_kept"] for r in s.stats_rows]) for s in (narrow, wide)]
+    assert np.abs(mass[0] - mass[1]).max() > 1e-3
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -100,6 +109,8 @@ def test_group_size_must_divide_head_dim(session):
 
 def test_bad_prompts_keep_the_previous_session(session):
     tokens, ids = list(session.dense_tokens), list(session.prompt_ids)
+    config = CompressionConfig("snapkv", 0.5)
+    before = session.regenerate(session.compress(config))
     with pytest.raises(ValueError, match="too short"):
         session.prefill("")
     with pytest.raises(ValueError, match="context is 4096"):
@@ -107,7 +118,9 @@ def test_bad_prompts_keep_the_previous_session(session):
     with pytest.raises(Cancelled):
         session.prefill(PROMPT, should_cancel=lambda: True)
     assert session.dense_tokens == tokens and session.prompt_ids == ids
-    session.regenerate(session.compress(CompressionConfig("snapkv", 0.5)))
+    after = session.regenerate(session.compress(config))
+    assert after.tokens == before.tokens
+    assert after.metrics["kl_mean"] == before.metrics["kl_mean"] and after.metrics["kl_per_step"]
 
 
 def test_session_refuses_other_threads(session):
