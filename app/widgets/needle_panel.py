@@ -22,6 +22,7 @@ from kvcore.defaults import (
     DEFAULT_PROBE_LENGTHS,
     DEFAULT_PROBE_METHODS,
     DEFAULT_PROBE_RATIOS,
+    UNQUANTIZED_BITS,
 )
 from kvcore.probes import FAMILIES, HELDOUT_FAMILIES
 
@@ -54,7 +55,7 @@ class NeedlePanel(QWidget):
         self.lengthsEdit.setToolTip("Prompt lengths in tokens (at least 64)")
         self.methodsList = MethodChecklist(DEFAULT_METHODS, DEFAULT_PROBE_METHODS, "needleMethodsList")
         self.ratiosEdit = QLineEdit(_csv(DEFAULT_PROBE_RATIOS), objectName="needleRatiosEdit")
-        self.bitsEdit = QLineEdit("16", objectName="needleBitsEdit")
+        self.bitsEdit = QLineEdit(str(UNQUANTIZED_BITS), objectName="needleBitsEdit")
         self.runButton = QPushButton("Run grid", objectName="needleRunButton")
         self.cancelButton = QPushButton("Cancel", objectName="needleCancelButton")
         self.cancelButton.setEnabled(False)

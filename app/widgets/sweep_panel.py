@@ -18,12 +18,15 @@ from PySide6.QtWidgets import (
 from app.widgets.controls import DEFAULT_METHODS, GROUP_SIZES
 from app.widgets.frontier import FrontierPlot
 from app.widgets.method_list import MethodChecklist, run_layout
-from kvcore.defaults import ALLOWED_BITS, UNQUANTIZED_BITS
+from kvcore.defaults import (
+    ALLOWED_BITS,
+    DEFAULT_SWEEP_BITS,
+    DEFAULT_SWEEP_METHODS,
+    DEFAULT_SWEEP_RATIOS,
+    UNQUANTIZED_BITS,
+)
 from kvcore.sweep import parse_ratios
 
-DEFAULT_SWEEP_METHODS = ("streaming_llm", "snapkv", "h2o")
-DEFAULT_RATIOS = "0.1,0.25,0.5,0.75"
-DEFAULT_SWEEP_BITS = str(UNQUANTIZED_BITS)
 #: The retention slider moves in whole percents; a swept ratio must be one so that clicking its point can set it.
 RATIO_STEP = 0.01
 
@@ -70,11 +73,11 @@ class SweepPanel(QWidget):
         self.methodsList = MethodChecklist(
             methods or DEFAULT_METHODS, DEFAULT_SWEEP_METHODS, "sweepMethodsList"
         )
-        self.ratiosEdit = QLineEdit(DEFAULT_RATIOS, objectName="sweepRatiosEdit")
+        self.ratiosEdit = QLineEdit(",".join(map(str, DEFAULT_SWEEP_RATIOS)), objectName="sweepRatiosEdit")
         self.ratiosEdit.setToolTip(
             "Retention ratios: a list (0.1,0.25,0.5) or a range start:stop:step (0.1:0.9:0.1)"
         )
-        self.bitsEdit = QLineEdit(DEFAULT_SWEEP_BITS, objectName="sweepBitsEdit")
+        self.bitsEdit = QLineEdit(",".join(map(str, DEFAULT_SWEEP_BITS)), objectName="sweepBitsEdit")
         self.bitsEdit.setToolTip("Bit widths, comma-separated; 16 = not quantized")
         self.groupSizeCombo = QComboBox(objectName="sweepGroupSizeCombo")
         for size in GROUP_SIZES:
