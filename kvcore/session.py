@@ -328,7 +328,11 @@ class Session:
             cache = caches.copy_cache(self._dense_decode_cache)
             new = self._greedy(cache, self.dense_tokens[-1], n, should_cancel)
         tokens = [*self.dense_tokens, *new]
-        references = {s: self._reference_logits(self._observed(s).cache, s, tokens) for s in SCHEDULES}
+        references = {}
+        for schedule in SCHEDULES:  # one teacher-forced pass each: a cancel between them changes nothing
+            if should_cancel is not None and should_cancel():
+                raise Cancelled(f"reference logits cancelled before the {schedule!r} schedule's pass")
+            references[schedule] = self._reference_logits(self._observed(schedule).cache, schedule, tokens)
         self._dense_decode_cache, self.dense_tokens, self._dense_logits = cache, tokens, references
         return new
 
