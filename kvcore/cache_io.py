@@ -22,8 +22,9 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
+from kvcore import cache_checks
 from kvcore.atomic import write_stream
-from kvcore.caches import SparseKVCache, SparseQuantizedKVCache, validate_quantization
+from kvcore.caches import SparseKVCache, SparseQuantizedKVCache
 
 FORMAT = "kvlens-cache"
 VERSION = 1
@@ -139,16 +140,20 @@ def _read_header(path: Path) -> dict[str, Any]:
     return header
 
 
-def _build(info: dict[str, Any], arrays: dict[str, mx.array], where: str) -> Any:
+def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
+    """One layer from its checked fields (kvcore.cache_checks): nonsense is refused before any object exists."""
+    cache_checks.check_header_layer(info, where)
     cls = _CLASSES.get(info.get("class"))
     if cls is None:
         raise ValueError(f"{where}: unknown cache class {info.get('class')!r}; allowed {sorted(_CLASSES)}")
     quantized = cls in (QuantizedKVCache, SparseQuantizedKVCache)
-    if quantized:
-        validate_quantization(info["bits"], info["group_size"])
+    if quantized and "bits" not in info:
+        raise ValueError(f"{where}: a {cls.__name__} needs bits and group_size")
     layer = cls(group_size=info["group_size"], bits=info["bits"]) if quantized else cls()
     layer.offset = int(info["offset"])
     if info.get("empty"):
+        if arrays:
+            raise ValueError(f"{where}: an empty layer has arrays {sorted(arrays)}")
         return layer
     n_parts = 3 if quantized else 1
     try:
@@ -156,15 +161,20 @@ def _build(info: dict[str, Any], arrays: dict[str, mx.array], where: str) -> Any
         v = tuple(arrays[f"values.{j}"] for j in range(n_parts))
     except KeyError as e:
         raise ValueError(f"{where}: missing array {e}") from e
+    rows = cache_checks.check_rows(k, v, info, where)
     if not quantized:
         k, v = k[0], v[0]
     if cls in (SparseKVCache, SparseQuantizedKVCache):
         if "selection" not in arrays:
             raise ValueError(f"{where}: missing array 'selection'")
+        cache_checks.check_selection(
+            info, arrays["selection"], rows, layer.offset, int(arrays["keys.0"].shape[1]), where
+        )
         counts = mx.array(np.asarray(info["prefix_counts"], dtype=np.int32))
-        state: tuple = (k, v, arrays["selection"], counts, layer.offset)
+        state: tuple = (k, v, arrays["selection"].astype(mx.int32), counts, layer.offset)
         layer.state = (*state, info["group_size"], info["bits"]) if quantized else state
     else:
+        cache_checks.check_dense(rows, layer.offset, where)
         layer.keys, layer.values = k, v
     return layer
 
@@ -184,9 +194,12 @@ def load_cache(path: str | os.PathLike) -> tuple[list, dict]:
         raise ValueError(
             f"{path}: SHA-256 digest mismatch: the file was modified or damaged after it was saved"
         )
+    layers = header.get("layers")
+    if not isinstance(layers, list):
+        raise ValueError(f"{path}: 'layers' must be a list, got {type(layers).__name__}")
     cache = []
     try:
-        for i, info in enumerate(header["layers"]):
+        for i, info in enumerate(layers):
             prefix = f"{i}."
             own = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
             cache.append(_build(info, own, f"{path}: layer {i}"))
