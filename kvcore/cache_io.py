@@ -69,13 +69,10 @@ def _digest(header: dict[str, Any], arrays: dict[str, mx.array]) -> str:
     return h.hexdigest()
 
 
-def save_cache(path: str | os.PathLike, cache: Sequence[Any], metadata: dict | None = None) -> None:
-    """Write `cache` (any mix of KVCache, QuantizedKVCache, SparseKVCache, SparseQuantizedKVCache) atomically.
-
-    `metadata` must be JSON-serializable; it comes back from `load_cache`. Other layer classes (rotating window,
-    SSM state) are refused with a ValueError rather than saved in a form that could not be restored faithfully.
-    """
-    path = Path(path)
+def layer_arrays(
+    cache: Sequence[Any], path: Path, prefix: str = ""
+) -> tuple[dict[str, mx.array], list[dict]]:
+    """Arrays named `<prefix><layer>.<field>` and each layer's JSON; a layer class we cannot restore is refused."""
     arrays: dict[str, mx.array] = {}
     layers = []
     for i, layer in enumerate(cache):
@@ -84,19 +81,36 @@ def save_cache(path: str | os.PathLike, cache: Sequence[Any], metadata: dict | N
                 f"{path}: layer {i} is a {type(layer).__name__}; only {sorted(_CLASSES)} layers can be saved"
             )
         fields, info = _fields(layer)
-        arrays.update({f"{i}.{k}": v for k, v in fields.items()})
+        arrays.update({f"{prefix}{i}.{k}": v for k, v in fields.items()})
         layers.append(info)
-    header = {"format": FORMAT, "version": VERSION, "layers": layers, "metadata": metadata or {}}
+    return arrays, layers
+
+
+def write_file(path: Path, arrays: dict[str, mx.array], header: dict[str, Any]) -> None:
+    """Write arrays plus `header` (JSON, sealed with the digest) as one safetensors file, atomically."""
     try:
         json.dumps(header)
     except TypeError as e:
         raise ValueError(f"{path}: metadata must be JSON-serializable ({e})") from e
     mx.eval(list(arrays.values()))
-    header["sha256"] = _digest(header, arrays)
+    header = {**header, "sha256": _digest(header, arrays)}
     write_stream(path, lambda fh: mx.save_safetensors(fh, arrays, {_KEY: json.dumps(header, sort_keys=True)}))
 
 
-def _read_header(path: Path) -> dict[str, Any]:
+def save_cache(path: str | os.PathLike, cache: Sequence[Any], metadata: dict | None = None) -> None:
+    """Write `cache` (any mix of KVCache, QuantizedKVCache, SparseKVCache, SparseQuantizedKVCache) atomically.
+
+    `metadata` must be JSON-serializable; it comes back from `load_cache`. Other layer classes (rotating window,
+    SSM state) are refused with a ValueError rather than saved in a form that could not be restored faithfully.
+    """
+    path = Path(path)
+    arrays, layers = layer_arrays(cache, path)
+    write_file(
+        path, arrays, {"format": FORMAT, "version": VERSION, "layers": layers, "metadata": metadata or {}}
+    )
+
+
+def _read_header(path: Path, fmt: str = FORMAT, version: int = VERSION) -> dict[str, Any]:
     """The kvlens JSON of a safetensors file, after checking the file is complete."""
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -131,11 +145,12 @@ def _read_header(path: Path) -> dict[str, Any]:
         header = json.loads(meta[_KEY])
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: corrupt KV Lens metadata ({e})") from e
-    if header.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {header.get('format')!r}, expected {FORMAT!r}")
-    if header.get("version") != VERSION:
+    if not isinstance(header, dict) or header.get("format") != fmt:
+        found = header.get("format") if isinstance(header, dict) else header
+        raise ValueError(f"{path}: format {found!r}, expected {fmt!r}")
+    if header.get("version") != version:
         raise ValueError(
-            f"{path}: format version {header.get('version')!r}; this KV Lens reads version {VERSION}"
+            f"{path}: format version {header.get('version')!r}; this KV Lens reads version {version}"
         )
     return header
 
@@ -179,12 +194,11 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
     return layer
 
 
-def load_cache(path: str | os.PathLike) -> tuple[list, dict]:
-    """Read a file written by `save_cache`: (cache, metadata). ValueError names the file and what is wrong."""
-    path = Path(path)
+def read_file(path: Path, fmt: str = FORMAT, version: int = VERSION) -> tuple[dict, dict[str, mx.array]]:
+    """(header, arrays) of a file `write_file` wrote, after the completeness, format and digest checks."""
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
-    header = _read_header(path)
+    header = _read_header(path, fmt, version)
     try:
         arrays = mx.load(str(path), format="safetensors")
     except (RuntimeError, ValueError) as e:
@@ -194,15 +208,26 @@ def load_cache(path: str | os.PathLike) -> tuple[list, dict]:
         raise ValueError(
             f"{path}: SHA-256 digest mismatch: the file was modified or damaged after it was saved"
         )
-    layers = header.get("layers")
+    return header, arrays
+
+
+def build_layers(layers: Any, arrays: dict[str, mx.array], where: str, prefix: str = "") -> list:
+    """The cache `layer_arrays` saved, each layer's fields checked (kvcore.cache_checks) before it is built."""
     if not isinstance(layers, list):
-        raise ValueError(f"{path}: 'layers' must be a list, got {type(layers).__name__}")
+        raise ValueError(f"{where}: 'layers' must be a list, got {type(layers).__name__}")
     cache = []
     try:
         for i, info in enumerate(layers):
-            prefix = f"{i}."
-            own = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-            cache.append(_build(info, own, f"{path}: layer {i}"))
+            own = f"{prefix}{i}."
+            fields = {k[len(own) :]: v for k, v in arrays.items() if k.startswith(own)}
+            cache.append(_build(info, fields, f"{where}: layer {i}"))
     except (KeyError, TypeError) as e:
-        raise ValueError(f"{path}: inconsistent KV Lens metadata ({e!r})") from e
-    return cache, header.get("metadata", {})
+        raise ValueError(f"{where}: inconsistent KV Lens metadata ({e!r})") from e
+    return cache
+
+
+def load_cache(path: str | os.PathLike) -> tuple[list, dict]:
+    """Read a file written by `save_cache`: (cache, metadata). ValueError names the file and what is wrong."""
+    path = Path(path)
+    header, arrays = read_file(path)
+    return build_layers(header.get("layers"), arrays, str(path)), header.get("metadata", {})

@@ -294,6 +294,26 @@ class Session:
             "chat_template": applied,
         }
 
+    def restore_prefill(
+        self,
+        capture: CaptureResult,
+        prompt_ids: list[int],
+        chat_template_applied: bool,
+        dense_tokens: list[int],
+        dense_logits: dict[str, np.ndarray],
+        decode_cache: list[Any],
+        prefill_ms: float,
+    ) -> None:
+        """Adopt a prefill read from a session file (kvcore.session_file checked it): no forward pass."""
+        self._check_thread()
+        self._capture, self.prompt_ids, self._rankings, self._window_attention = capture, prompt_ids, {}, {}
+        self.dense_tokens, self._dense_logits, self._dense_decode_cache = (
+            dense_tokens,
+            dense_logits,
+            decode_cache,
+        )
+        self._packed, self.chat_template_applied, self.prefill_ms = None, chat_template_applied, prefill_ms
+
     def _mean_window_attention(self, schedule: str, window: int) -> list[np.ndarray | None]:
         """Per layer [H_kv, T]: the last `window` queries' attention, mean over queries and GQA group."""
         key = (schedule, window)
