@@ -29,6 +29,7 @@ FORMAT = "kvlens-session"
 VERSION = 1
 SUFFIX = ".kvlens"
 _OBS = {"paper": "obs.full.", "mlx-lm": "obs.before."}
+_EXTRA = "extra."
 
 
 def model_fingerprint(path: str | os.PathLike) -> str:
@@ -56,8 +57,14 @@ def _observation_arrays(capture: CaptureResult, prefix: str) -> tuple[dict[str, 
     return arrays, meta
 
 
-def save_session(path: str | os.PathLike, session: Session, extra: dict | None = None) -> None:
-    """Write the session's prefill to `path` atomically; `extra` (JSON) comes back from `open_session`."""
+def save_session(
+    path: str | os.PathLike,
+    session: Session,
+    extra: dict | None = None,
+    extra_arrays: dict[str, np.ndarray] | None = None,
+) -> None:
+    """Write the session's prefill to `path` atomically; `extra` (JSON) and `extra_arrays` (the caller's view,
+    NumPy) come back from `open_session`."""
     path = Path(path)
     capture = session._capture
     if capture is None or session._dense_decode_cache is None:
@@ -75,6 +82,7 @@ def save_session(path: str | os.PathLike, session: Session, extra: dict | None =
         arrays.update(obs_arrays)
         arrays[f"reference.{schedule}"] = mx.array(session._dense_logits[schedule])
     arrays["logits.full"] = capture.logits
+    arrays.update({f"{_EXTRA}{k}": mx.array(v) for k, v in (extra_arrays or {}).items()})
     arrays["logits.before"] = capture.before_last.logits
     info = session.info
     header = {
@@ -171,8 +179,9 @@ def _observations(header: dict, arrays: dict, schedule: str, n: int, info: Any, 
     return out
 
 
-def open_session(path: str | os.PathLike, session: Session) -> dict:
-    """Restore a file `save_session` wrote into `session` (its model must match); returns the saved `extra`.
+def open_session(path: str | os.PathLike, session: Session) -> tuple[dict, dict[str, np.ndarray]]:
+    """Restore a file `save_session` wrote into `session` (its model must match); returns the saved `extra`
+    and `extra_arrays` (the caller checks what they mean).
 
     Every field is checked first; on any error (ValueError naming the part) the session is left as it was."""
     path = Path(path)
@@ -231,5 +240,6 @@ def open_session(path: str | os.PathLike, session: Session) -> dict:
     _observe_keys(before, before.cache)
     full.before_last = before
     full.skipped = before.skipped = {int(k): v for k, v in skipped.items()}
+    own = {k[len(_EXTRA) :]: np.array(v) for k, v in arrays.items() if k.startswith(_EXTRA)}
     session.restore_prefill(full, ids, applied, dense, references, decode, float(prefill_ms))
-    return extra
+    return extra, own

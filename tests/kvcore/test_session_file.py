@@ -26,7 +26,7 @@ def saved(model_dirs, tmp_path_factory):
     s = Session.load(str(model_dirs["llama"]))
     s.prefill(PROMPT, n_tokens=6)
     path = tmp_path_factory.mktemp("sessions") / "demo.kvlens"
-    save_session(path, s, {"config": CONFIGS[0].to_dict(), "note": "é"})
+    save_session(path, s, {"config": CONFIGS[0].to_dict(), "note": "é"}, {"kept": np.eye(3, dtype=bool)})
     return s, path
 
 
@@ -37,8 +37,9 @@ def _fresh(original: Session) -> Session:
 def test_open_restores_everything_without_a_forward_pass(saved):
     original, path = saved
     s = _fresh(original)
-    extra = open_session(path, s)
+    extra, arrays = open_session(path, s)
     assert extra == {"config": CONFIGS[0].to_dict(), "note": "é"}
+    np.testing.assert_array_equal(arrays["kept"], np.eye(3, dtype=bool))
     assert s.prompt_ids == original.prompt_ids and s.dense_tokens == original.dense_tokens
     assert s.chat_template_applied == original.chat_template_applied
     for cfg in CONFIGS:
