@@ -56,7 +56,56 @@ def sdpa(
         head_mask = per_head(queries.shape[2], n_q_heads)
         if head_mask is not None:
             mask = head_mask
+    value_bits = getattr(cache, "value_bits", None)
+    if value_bits is not None and value_bits != cache.bits:
+        if sinks is not None:
+            raise ValueError("Quantized SDPA does not support attention sinks.")
+        return split_quantized_sdpa(
+            queries, keys, values, scale, mask, cache.group_size, cache.bits, value_bits
+        )
     return mlx_base.scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks)
+
+
+def split_quantized_sdpa(
+    queries: mx.array,
+    q_keys: tuple[mx.array, ...],
+    q_values: tuple[mx.array, ...],
+    scale: float,
+    mask: Any,
+    group_size: int,
+    key_bits: int,
+    value_bits: int,
+) -> mx.array:
+    """mlx-lm's quantized attention with keys and values packed at different widths (it takes one `bits`).
+
+    Same steps as `mlx_lm.models.base.quantized_scaled_dot_product_attention`: scores from the packed keys,
+    the mask (string "causal" aligned bottom-right, bool or additive, per kv-head), a precise softmax, then the
+    weighted sum of the packed values; only the two `bits` differ.
+    """
+    B, n_q_heads, L, D = queries.shape
+    n_kv_heads = q_keys[0].shape[-3]
+    n_repeats = n_q_heads // n_kv_heads
+    queries = queries * scale
+    if n_repeats > 1:
+        queries = mx.reshape(queries, (B, n_kv_heads, n_repeats, L, D))
+        q_keys = tuple(mx.expand_dims(x, axis=-3) for x in q_keys)
+        q_values = tuple(mx.expand_dims(x, axis=-3) for x in q_values)
+    scores = mx.quantized_matmul(queries, *q_keys, transpose=True, group_size=group_size, bits=key_bits)
+    if mask is not None:
+        if isinstance(mask, str):
+            q_len, k_len = scores.shape[-2:]
+            mask = mx.arange(k_len - q_len, k_len)[:, None] >= mx.arange(k_len)[None]
+        if n_repeats > 1 and mask.ndim > 3:
+            mask = mx.expand_dims(mask, -3)
+        if mask.dtype == mx.bool_:
+            scores = mx.where(mask, scores, mx.finfo(scores.dtype).min)
+        else:
+            scores = scores + mask
+    scores = mx.softmax(scores, axis=-1, precise=True)
+    out = mx.quantized_matmul(scores, *q_values, transpose=False, group_size=group_size, bits=value_bits)
+    if n_repeats > 1:
+        out = mx.reshape(out, (B, n_q_heads, L, D))
+    return out
 
 
 def _attention_modules(model: nn.Module) -> list[Any]:

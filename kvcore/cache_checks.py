@@ -49,7 +49,8 @@ def check_rows(keys: tuple[mx.array, ...], values: tuple[mx.array, ...], info: d
             if p.dtype not in want:
                 raise ValueError(f"{where}: {kind} {names[j]} dtype {p.dtype}, expected one of {list(want)}")
         if quantized:
-            bits, group = info["bits"], info["group_size"]
+            bits = info.get("value_bits", info["bits"]) if kind == "values" else info["bits"]
+            group = info["group_size"]
             dim = shapes[0][3] * 32 // bits
             if shapes[1][3] * group != dim:
                 raise ValueError(
@@ -113,6 +114,8 @@ def check_header_layer(info: Any, where: str) -> None:
     if "bits" in info or "group_size" in info:
         try:
             validate_quantization(info.get("bits"), info.get("group_size"))
+            if "value_bits" in info:
+                validate_quantization(info["value_bits"], info.get("group_size"))
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from e
     if info.get("empty") not in (None, True):

@@ -42,6 +42,9 @@ def _fields(layer: Any) -> tuple[dict[str, mx.array], dict[str, Any]]:
     info: dict[str, Any] = {"class": type(layer).__name__, "offset": int(layer.offset)}
     if getattr(layer, "bits", None) is not None:
         info["bits"], info["group_size"] = int(layer.bits), int(layer.group_size)
+        value_bits = getattr(layer, "value_bits", layer.bits)
+        if value_bits != layer.bits:
+            info["value_bits"] = int(value_bits)
     if layer.keys is None:
         info["empty"] = True
         return {}, info
@@ -164,7 +167,12 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
     quantized = cls in (QuantizedKVCache, SparseQuantizedKVCache)
     if quantized and "bits" not in info:
         raise ValueError(f"{where}: a {cls.__name__} needs bits and group_size")
-    layer = cls(group_size=info["group_size"], bits=info["bits"]) if quantized else cls()
+    if cls is SparseQuantizedKVCache:
+        layer: Any = cls(group_size=info["group_size"], bits=info["bits"], value_bits=info.get("value_bits"))
+    elif quantized:
+        layer = cls(group_size=info["group_size"], bits=info["bits"])
+    else:
+        layer = cls()
     layer.offset = int(info["offset"])
     if info.get("empty"):
         if arrays:
@@ -187,7 +195,9 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
         )
         counts = mx.array(np.asarray(info["prefix_counts"], dtype=np.int32))
         state: tuple = (k, v, arrays["selection"].astype(mx.int32), counts, layer.offset)
-        layer.state = (*state, info["group_size"], info["bits"]) if quantized else state
+        if quantized:
+            state = (*state, info["group_size"], info["bits"], info.get("value_bits", info["bits"]))
+        layer.state = state
     else:
         cache_checks.check_dense(rows, layer.offset, where)
         layer.keys, layer.values = k, v

@@ -123,6 +123,10 @@ class _SparseRows:
     def _wrap(self, parts: Sequence[mx.array]) -> Any:
         raise NotImplementedError
 
+    def _encode_values(self, x: mx.array) -> tuple[mx.array, ...]:
+        """Values' stored parts; the quantized cache packs them at their own width (split K/V bits)."""
+        return self._encode(x)
+
     @property
     def n_heads(self) -> int:
         return 0 if self.keys is None else int(_parts(self.keys)[0].shape[1])
@@ -236,7 +240,7 @@ class _SparseRows:
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
         n_new = keys.shape[2]
-        new_k, new_v = self._encode(keys), self._encode(values)
+        new_k, new_v = self._encode(keys), self._encode_values(values)
         if self.keys is None:
             self._set_rows(
                 self._wrap(new_k),
@@ -308,9 +312,11 @@ class SparseKVCache(_SparseRows, KVCache):
     def _wrap(self, parts: Sequence[mx.array]) -> mx.array:
         return parts[0]
 
-    def to_quantized(self, group_size: int = DEFAULT_GROUP_SIZE, bits: int = 4) -> SparseQuantizedKVCache:
+    def to_quantized(
+        self, group_size: int = DEFAULT_GROUP_SIZE, bits: int = 4, value_bits: int | None = None
+    ) -> SparseQuantizedKVCache:
         """Pack the kept rows (B2 on top of a selection); layout, positions and offset are unchanged."""
-        return quantize_cache([self], bits=bits, group_size=group_size)[0]
+        return quantize_cache([self], bits=bits, group_size=group_size, value_bits=value_bits)[0]
 
     @property
     def state(self) -> tuple[Any, ...]:
@@ -324,32 +330,54 @@ class SparseKVCache(_SparseRows, KVCache):
 
 
 class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
-    """Packed (mx.quantize) cache over kept positions, executed by mlx-lm's quantized attention."""
+    """Packed (mx.quantize) cache over kept positions.
 
-    def __init__(self, group_size: int = DEFAULT_GROUP_SIZE, bits: int = 8) -> None:
+    `bits` is the keys' width (mlx-lm reads it), `value_bits` the values' (default: the same). Keys carry outlier
+    channels and values do not, so 8-bit keys with 4-bit values is the usual split; equal widths run mlx-lm's
+    quantized attention, split widths `kvcore.attention.split_quantized_sdpa`.
+    """
+
+    def __init__(
+        self, group_size: int = DEFAULT_GROUP_SIZE, bits: int = 8, value_bits: int | None = None
+    ) -> None:
+        value_bits = bits if value_bits is None else value_bits
         validate_quantization(bits, group_size)
+        validate_quantization(value_bits, group_size)
         self._reset()
         self.group_size = group_size
         self.bits = bits
+        self.value_bits = value_bits
+
+    @property
+    def key_bits(self) -> int:
+        return self.bits
+
+    def _pack(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
+        if x.shape[-1] % self.group_size:
+            validate_quantization(bits, self.group_size, x.shape[-1])
+        return tuple(mx.quantize(x, group_size=self.group_size, bits=bits))
 
     def _encode(self, x: mx.array) -> tuple[mx.array, ...]:
-        if x.shape[-1] % self.group_size:
-            validate_quantization(self.bits, self.group_size, x.shape[-1])
-        return tuple(mx.quantize(x, group_size=self.group_size, bits=self.bits))
+        return self._pack(x, self.bits)
+
+    def _encode_values(self, x: mx.array) -> tuple[mx.array, ...]:
+        return self._pack(x, self.value_bits)
 
     def _wrap(self, parts: Sequence[mx.array]) -> tuple[mx.array, ...]:
         return tuple(parts)
 
     @property
     def state(self) -> tuple[Any, ...]:
-        return (*self._state_rows(), self.group_size, self.bits)
+        return (*self._state_rows(), self.group_size, self.bits, self.value_bits)
 
     @state.setter
     def state(self, v: tuple[Any, ...]) -> None:
         self._reset()
-        keys, values, selection, counts, offset, group_size, bits = v
+        keys, values, selection, counts, offset, group_size, bits, *rest = v
+        value_bits = int(rest[0]) if rest else int(bits)
         validate_quantization(int(bits), int(group_size))
-        self.group_size, self.bits = int(group_size), int(bits)
+        validate_quantization(value_bits, int(group_size))
+        self.group_size, self.bits, self.value_bits = int(group_size), int(bits), value_bits
         self._set_rows(tuple(keys), tuple(values), selection, np.asarray(counts), offset)
 
 
@@ -574,14 +602,19 @@ def to_sparse_all(cache: Sequence[Any]) -> list:
     return out
 
 
-def quantize_cache(cache: Sequence[Any], bits: int, group_size: int = DEFAULT_GROUP_SIZE) -> list:
+def quantize_cache(
+    cache: Sequence[Any], bits: int, group_size: int = DEFAULT_GROUP_SIZE, value_bits: int | None = None
+) -> list:
     """B2: pack every fp full-attention layer's kept K/V with mx.quantize (storage and execution form).
 
     KVCache and SparseKVCache layers become SparseQuantizedKVCache with the same rows, positions and offset
     (ragged layers stay ragged); layers that are not KV caches pass through. Differs from the seed: a layer that is
     already quantized raises ValueError instead of TypeError, and everything is evaluated in one `mx.eval`.
+    `bits` packs the keys, `value_bits` (default: `bits`) the values.
     """
+    value_bits = bits if value_bits is None else value_bits
     validate_quantization(bits, group_size)
+    validate_quantization(value_bits, group_size)
     out: list[Any] = []
     for i, c in enumerate(cache):
         if type(c) in (QuantizedKVCache, SparseQuantizedKVCache):
@@ -595,9 +628,9 @@ def quantize_cache(cache: Sequence[Any], bits: int, group_size: int = DEFAULT_GR
             out.append(c)
             continue
         validate_quantization(bits, group_size, int(c.keys.shape[-1]))
-        q = SparseQuantizedKVCache(group_size=group_size, bits=bits)
+        q = SparseQuantizedKVCache(group_size=group_size, bits=bits, value_bits=value_bits)
         k, v = c.keys_and_values()
-        q._set_rows(q._encode(k), q._encode(v), c._selection, c._prefix_counts, c.offset)
+        q._set_rows(q._encode(k), q._encode_values(v), c._selection, c._prefix_counts, c.offset)
         out.append(q)
     mx.eval([a for c in out for a in _arrays(c)])
     return out
@@ -648,7 +681,9 @@ def select_positions(
         v = [_gather(b, cols) for b in src.v_parts]
         selection = src.positions(cols)
         if src.quantized:
-            new: Any = SparseQuantizedKVCache(group_size=layer.group_size, bits=layer.bits)
+            new: Any = SparseQuantizedKVCache(
+                group_size=layer.group_size, bits=layer.bits, value_bits=getattr(layer, "value_bits", None)
+            )
         else:
             new = SparseKVCache()
         offset = layer.offset if logical_offset is None else int(logical_offset)

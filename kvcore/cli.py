@@ -98,7 +98,15 @@ def _parser() -> argparse.ArgumentParser:
         if name == "compress":
             s.add_argument("--method", default=DEFAULT_METHOD)
             s.add_argument("--ratio", type=float, default=DEFAULT_RATIO)
-            s.add_argument("--bits", type=int, default=UNQUANTIZED_BITS, help=_BITS_HELP)
+            s.add_argument(
+                "--bits", type=int, default=UNQUANTIZED_BITS, help=f"keys and values: {_BITS_HELP}"
+            )
+            s.add_argument("--key-bits", type=int, help="the keys' width (overrides --bits for keys)")
+            s.add_argument(
+                "--value-bits",
+                type=int,
+                help="the values' width (default: the keys'), e.g. --key-bits 8 --value-bits 4",
+            )
             s.add_argument("--positions", type=Path, help="kept positions as JSON")
             s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
         else:
@@ -109,7 +117,14 @@ def _parser() -> argparse.ArgumentParser:
                 help="a list (0.1,0.25) or start:stop:step",
             )
             s.add_argument(
-                "--bits", default=",".join(map(str, DEFAULT_SWEEP_BITS)), help="comma-separated, e.g. 4,8,16"
+                "--bits",
+                default=",".join(map(str, DEFAULT_SWEEP_BITS)),
+                help="the keys' widths (and the values' unless --value-bits), comma-separated, e.g. 4,8,16",
+            )
+            s.add_argument(
+                "--value-bits",
+                default="",
+                help="the values' widths, comma-separated (default: each the keys'); e.g. --bits 8 --value-bits 4,8",
             )
             s.add_argument("--plot", type=Path, help="write the memory-quality frontier as PNG or SVG")
             s.add_argument(
@@ -218,15 +233,34 @@ def _check_output(path: Path | None) -> None:
         raise UsageError(f"cannot write {path}: folder {path.parent} is not writable; choose another folder")
 
 
-def _config(args: argparse.Namespace, method: str, ratio: float, bits: int) -> Any:
+def _sweep_configs(args: argparse.Namespace, methods: list, ratios: Sequence[float]) -> list:
+    """methods × ratios × key widths × value widths (value width None: each the keys')."""
+    bits = _split(args.bits, int, "bits")
+    value_bits = _split(args.value_bits, int, "value-bits") if args.value_bits else [None]
+    grid = itertools.product(methods, ratios, bits, value_bits)
+    return [_config(args, m, r, b, v) for m, r, b, v in grid]
+
+
+def _config(
+    args: argparse.Namespace, method: str, ratio: float, bits: int, value_bits: int | None = None
+) -> Any:
     from kvcore.session import CompressionConfig
 
     if bits != UNQUANTIZED_BITS and bits not in ALLOWED_BITS:
         raise UsageError(f"--bits {bits}: allowed are {_BITS_HELP}")
+    if value_bits is not None and value_bits != UNQUANTIZED_BITS and value_bits not in ALLOWED_BITS:
+        raise UsageError(f"--value-bits {value_bits}: allowed are {_BITS_HELP}")
+    if value_bits not in (None, UNQUANTIZED_BITS) and bits == UNQUANTIZED_BITS:
+        raise UsageError(f"--value-bits {value_bits} needs quantized keys: set --bits/--key-bits too")
+    if value_bits == UNQUANTIZED_BITS and bits != UNQUANTIZED_BITS:
+        raise UsageError(
+            "--value-bits 16 with quantized keys is not supported: values are packed with the keys"
+        )
     return CompressionConfig(
         method=method,
         ratio=ratio,
         bits=None if bits == UNQUANTIZED_BITS else bits,
+        value_bits=None if value_bits in (None, UNQUANTIZED_BITS, bits) else value_bits,
         group_size=args.group_size,
         per_head=not args.shared,
         window=args.window,
@@ -255,7 +289,8 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
         if plot_writer is None:
             raise UsageError("--plot draws with Qt: run it as 'kvlens sweep …' (python -m app sweep …)")
     if args.command == "compress":
-        configs = [_config(args, args.method, args.ratio, args.bits)]
+        key_bits = args.bits if args.key_bits is None else args.key_bits
+        configs = [_config(args, args.method, args.ratio, key_bits, args.value_bits)]
     else:
         from kvcore.sweep import parse_ratios
 
@@ -264,8 +299,7 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
             ratios = parse_ratios(args.ratios)
         except ValueError as exc:
             raise UsageError(f"--ratios: {exc}") from None
-        bits = _split(args.bits, int, "bits")
-        configs = [_config(args, m, r, b) for m, r, b in itertools.product(methods, ratios, bits)]
+        configs = _sweep_configs(args, methods, ratios)
     if args.tokens < 1:
         raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
 
@@ -331,6 +365,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                 "schedule": cfg.schedule,
                 "ratio": cfg.ratio,
                 "bits": cfg.bits or UNQUANTIZED_BITS,
+                "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
                 "layers": [
                     {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
                 ],
@@ -344,6 +379,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                     "schedule": cfg.schedule,
                     "ratio": cfg.ratio,
                     "bits": cfg.bits or UNQUANTIZED_BITS,
+                    "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
                     **summary,
                 }
             )
@@ -356,7 +392,9 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
 def _progress(done: int, total: int, cfg: Any) -> None:
     width = 30
     filled = int(width * done / total)
-    bits = cfg.bits or UNQUANTIZED_BITS
+    bits = f"{cfg.bits or UNQUANTIZED_BITS}"
+    if cfg.packed_value_bits not in (None, cfg.bits):
+        bits += f"/{cfg.packed_value_bits}"
     sys.stderr.write(
         f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {cfg.method} r={cfg.ratio:g} bits={bits}  "
     )

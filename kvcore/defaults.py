@@ -33,6 +33,8 @@ SCHEDULE_HELP: dict[str, str] = {
 DEFAULT_METHOD = "snapkv"
 DEFAULT_RATIO = 0.25
 DEFAULT_BITS: int | None = None
+#: The values' width; None packs them at the keys' width (`bits`). Split widths: 8-bit keys, 4-bit values.
+DEFAULT_VALUE_BITS: int | None = None
 DEFAULT_GROUP_SIZE = 64
 DEFAULT_PER_HEAD = True
 #: Observation window: the last prompt queries that vote (SnapKV's 64 here); also the window whose attention the
@@ -46,6 +48,7 @@ DEFAULT_CONFIG: dict[str, object] = {
     "method": DEFAULT_METHOD,
     "ratio": DEFAULT_RATIO,
     "bits": DEFAULT_BITS,
+    "value_bits": DEFAULT_VALUE_BITS,
     "group_size": DEFAULT_GROUP_SIZE,
     "per_head": DEFAULT_PER_HEAD,
     "window": DEFAULT_WINDOW,

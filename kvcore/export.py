@@ -17,7 +17,8 @@ STATS_COLUMNS: tuple[str, ...] = (
     "method",
     "schedule",
     "retention_ratio",
-    "bits",
+    "bits",  # the keys' width (16: unquantized)
+    "value_bits",  # the values' width: the same as bits unless split (e.g. 8-bit keys, 4-bit values)
     "group_size",
     "layer",
     "kv_head",

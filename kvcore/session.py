@@ -42,6 +42,7 @@ from kvcore.defaults import (
     DEFAULT_RATIO,
     DEFAULT_SCHEDULE,
     DEFAULT_SEED,
+    DEFAULT_VALUE_BITS,
     DEFAULT_WINDOW,
     SCHEDULES,
     UNQUANTIZED_BITS,
@@ -71,7 +72,11 @@ __all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", 
 
 @dataclass(frozen=True)
 class CompressionConfig:
-    """One point in the space the sliders span. bits None means unquantized (the UI's 16)."""
+    """One point in the space the sliders span. bits None means unquantized (the UI's 16).
+
+    `bits` is the keys' width and `value_bits` the values' (None: the same as `bits`), so 8-bit keys with 4-bit
+    values is `bits=8, value_bits=4`; values cannot be packed while keys stay unquantized.
+    """
 
     method: str = DEFAULT_METHOD
     ratio: float = DEFAULT_RATIO
@@ -83,6 +88,16 @@ class CompressionConfig:
     kernel: int = DEFAULT_KERNEL
     seed: int = DEFAULT_SEED
     schedule: str = DEFAULT_SCHEDULE
+    value_bits: int | None = DEFAULT_VALUE_BITS
+
+    @property
+    def key_bits(self) -> int | None:
+        return self.bits
+
+    @property
+    def packed_value_bits(self) -> int | None:
+        """The values' width as stored: `value_bits`, or `bits` when it is None."""
+        return self.bits if self.value_bits is None else self.value_bits
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -95,6 +110,11 @@ class CompressionConfig:
             raise ValueError(
                 f"bits must be one of {ALLOWED_BITS} or {UNQUANTIZED_BITS} (unquantized), got {self.bits!r}"
             )
+        if self.value_bits is not None and (self.value_bits not in ALLOWED_BITS or self.bits is None):
+            raise ValueError(
+                f"value bits must be one of {ALLOWED_BITS} with quantized keys, or {UNQUANTIZED_BITS}/None "
+                f"(the keys' width), got value_bits={self.value_bits!r} with bits={self.bits!r}"
+            )
         if self.group_size not in ALLOWED_GROUP_SIZES:
             raise ValueError(f"group size must be one of {ALLOWED_GROUP_SIZES}, got {self.group_size!r}")
         if self.window > CAPTURE_WINDOW:
@@ -106,6 +126,8 @@ class CompressionConfig:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         if known.get("bits") == UNQUANTIZED_BITS:
             known["bits"] = None
+        if known.get("value_bits") in (UNQUANTIZED_BITS, known.get("bits")):
+            known["value_bits"] = None
         return cls(**known)
 
     def to_dict(self) -> dict[str, Any]:
@@ -420,7 +442,9 @@ class Session:
         source = (
             observed.cache
             if config.bits is None
-            else self._quantized_dense(config.bits, config.group_size, config.schedule)
+            else self._quantized_dense(
+                config.bits, config.group_size, config.schedule, config.packed_value_bits
+            )
         )
         cache = caches.select_positions(source, selection, validate=False)  # valid by construction
         recompress_ms = (time.perf_counter() - start) * 1e3
@@ -447,7 +471,9 @@ class Session:
         state.stats_rows = self._stats_rows(state)
         return state
 
-    def _quantized_dense(self, bits: int, group_size: int, schedule: str) -> list[Any]:
+    def _quantized_dense(
+        self, bits: int, group_size: int, schedule: str, value_bits: int | None = None
+    ) -> list[Any]:
         """The whole prefilled cache packed at (bits, group_size), kept for the last pair asked for.
 
         mx.quantize packs each row on its own, so gathering packed rows equals packing gathered rows, bit for bit;
@@ -455,11 +481,12 @@ class Session:
         cheaper on a CPU than quantizing the kept rows again (BENCHMARKS.md, recompress). Memory: one packed
         copy (~0.28x the bf16 cache at 4 bits).
         """
-        key = (bits, group_size, schedule)
+        key = (bits, value_bits, group_size, schedule)
         if self._packed is None or self._packed[0] != key:
             self._packed = None
             source = self._observed(schedule).cache
-            self._packed = (key, caches.quantize_cache(source, bits=bits, group_size=group_size))
+            packed = caches.quantize_cache(source, bits=bits, group_size=group_size, value_bits=value_bits)
+            self._packed = (key, packed)
         return self._packed[1]
 
     def _kept_mask(self, selection: Sequence[Any], T: int, source: Sequence[Any]) -> np.ndarray:
@@ -495,7 +522,7 @@ class Session:
             dk, dv = dense.keys[0, :, : dense.offset], dense.values[0, :, : dense.offset]
             qk, qv = comp.keys_and_values()
             deq_k = mx.dequantize(*qk, group_size=comp.group_size, bits=comp.bits)[0].astype(mx.float32)
-            deq_v = mx.dequantize(*qv, group_size=comp.group_size, bits=comp.bits)[0].astype(mx.float32)
+            deq_v = mx.dequantize(*qv, group_size=comp.group_size, bits=comp.value_bits)[0].astype(mx.float32)
             pos = _positions_matrix(comp, T)  # [H, n_rows] with -1 for padding
             safe = mx.array(np.maximum(pos, 0))
             ref_k = mx.take_along_axis(dk.astype(mx.float32), safe[..., None], axis=1)
@@ -541,6 +568,7 @@ class Session:
                         "schedule": cfg.schedule,
                         "retention_ratio": cfg.ratio,
                         "bits": cfg.bits or UNQUANTIZED_BITS,
+                        "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
                         "group_size": cfg.group_size if cfg.bits else "",
                         "layer": layer,
                         "kv_head": h,

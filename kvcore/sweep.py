@@ -108,7 +108,8 @@ def grid(
 ) -> list[CompressionConfig]:
     """Every (method, ratio, bits) at `group_size`, method order outermost; bits 16 or None = unquantized.
 
-    Other fields (window, sinks, schedule, …) come from `base`. ValueError names the first bad value.
+    Other fields (window, sinks, schedule, …) come from `base`; its `value_bits` applies to the quantized points
+    (an 8/4 split base sweeps keys at each width with 4-bit values). ValueError names the first bad value.
     """
     if not methods or not ratios or not bits:
         missing = [n for n, v in (("methods", methods), ("ratios", ratios), ("bits", bits)) if not v]
@@ -120,6 +121,7 @@ def grid(
             method=m,
             ratio=float(r),
             bits=None if b in (None, UNQUANTIZED_BITS) else int(b),
+            value_bits=None if b in (None, UNQUANTIZED_BITS, base.value_bits) else base.value_bits,
             group_size=group_size,
         )
         for m, r, b in itertools.product(methods, ratios, bits)

@@ -54,13 +54,14 @@ def greedy(model, cache: list, first: int, n: int) -> list[int]:
 
 @contextmanager
 def reference_attention(
-    model, cache: list, kept: list, T: int, quant: tuple[int, int] | None = None
+    model, cache: list, kept: list, T: int, quant: tuple[int, ...] | None = None
 ) -> Iterator:
     """Route the model's attention through float64 NumPy softmax over only the kept positions.
 
     `cache` is the dense cache the reference run uses (it identifies layers); `kept[l]` is None (all positions)
     or a list of per-kv-head arrays of kept prompt positions; positions >= T (appended tokens) are always kept,
-    causally. With `quant=(bits, group)`, K and V are quantized and dequantized first, as a quantized cache holds
+    causally. With `quant=(bits, group)` or
+    `(key_bits, group, value_bits)`, K and V are quantized and dequantized first, as a quantized cache holds
     them.
     """
     layer_of = {id(c): i for i, c in enumerate(cache)}
@@ -70,10 +71,10 @@ def reference_attention(
     def sdpa(queries, keys, values, cache, scale, mask, sinks=None):
         layer = layer_of[id(cache)]
         if quant is not None:
-            bits, group = quant
+            bits, group, *value_bits = quant
             keys, values = (
-                mx.dequantize(*mx.quantize(x, group_size=group, bits=bits), group_size=group, bits=bits)
-                for x in (keys, values)
+                mx.dequantize(*mx.quantize(x, group_size=group, bits=b), group_size=group, bits=b)
+                for x, b in ((keys, bits), (values, value_bits[0] if value_bits else bits))
             )
         q, k, v = (np.array(x, dtype=np.float64) for x in (queries, keys, values))
         n_q, n_kv, total = q.shape[2], k.shape[1], k.shape[2]
