@@ -32,6 +32,9 @@ from kvcore.defaults import (
     DEFAULT_N_SINK,
     DEFAULT_RATIO,
     DEFAULT_SCHEDULE,
+    DEFAULT_SWEEP_BITS,
+    DEFAULT_SWEEP_METHODS,
+    DEFAULT_SWEEP_RATIOS,
     DEFAULT_WINDOW,
     SCHEDULE_HELP,
     SCHEDULES,
@@ -99,9 +102,15 @@ def _parser() -> argparse.ArgumentParser:
             s.add_argument("--positions", type=Path, help="kept positions as JSON")
             s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
         else:
-            s.add_argument("--methods", default=DEFAULT_METHOD)
-            s.add_argument("--ratios", default="0.1,0.25,0.5", help="a list (0.1,0.25) or start:stop:step")
-            s.add_argument("--bits", default=str(UNQUANTIZED_BITS), help="comma-separated, e.g. 4,8,16")
+            s.add_argument("--methods", default=",".join(DEFAULT_SWEEP_METHODS))
+            s.add_argument(
+                "--ratios",
+                default=",".join(map(str, DEFAULT_SWEEP_RATIOS)),
+                help="a list (0.1,0.25) or start:stop:step",
+            )
+            s.add_argument(
+                "--bits", default=",".join(map(str, DEFAULT_SWEEP_BITS)), help="comma-separated, e.g. 4,8,16"
+            )
             s.add_argument("--plot", type=Path, help="write the memory-quality frontier as PNG or SVG")
             s.add_argument(
                 "--metric",

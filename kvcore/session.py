@@ -296,6 +296,26 @@ class Session:
             "chat_template": applied,
         }
 
+    def restore_prefill(
+        self,
+        capture: CaptureResult,
+        prompt_ids: list[int],
+        chat_template_applied: bool,
+        dense_tokens: list[int],
+        dense_logits: dict[str, np.ndarray],
+        decode_cache: list[Any],
+        prefill_ms: float,
+    ) -> None:
+        """Adopt a prefill read from a session file (kvcore.session_file checked it): no forward pass."""
+        self._check_thread()
+        self._capture, self.prompt_ids, self._rankings, self._window_attention = capture, prompt_ids, {}, {}
+        self.dense_tokens, self._dense_logits, self._dense_decode_cache = (
+            dense_tokens,
+            dense_logits,
+            decode_cache,
+        )
+        self._packed, self.chat_template_applied, self.prefill_ms = None, chat_template_applied, prefill_ms
+
     def _mean_window_attention(self, schedule: str, window: int) -> list[np.ndarray | None]:
         """Per layer [H_kv, T]: the last `window` queries' attention, mean over queries and GQA group."""
         key = (schedule, window)
@@ -330,7 +350,11 @@ class Session:
             cache = caches.copy_cache(self._dense_decode_cache)
             new = self._greedy(cache, self.dense_tokens[-1], n, should_cancel)
         tokens = [*self.dense_tokens, *new]
-        references = {s: self._reference_logits(self._observed(s).cache, s, tokens) for s in SCHEDULES}
+        references = {}
+        for schedule in SCHEDULES:  # one teacher-forced pass each: a cancel between them changes nothing
+            if should_cancel is not None and should_cancel():
+                raise Cancelled(f"reference logits cancelled before the {schedule!r} schedule's pass")
+            references[schedule] = self._reference_logits(self._observed(schedule).cache, schedule, tokens)
         self._dense_decode_cache, self.dense_tokens, self._dense_logits = cache, tokens, references
         return new
 
