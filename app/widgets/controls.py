@@ -93,6 +93,9 @@ class CompressionControls(QWidget):
         self.autoRegenerateCheck = QCheckBox("Auto-regenerate", objectName="autoRegenerateCheck")
         self.autoRegenerateCheck.setChecked(True)
         self.autoRegenerateCheck.setToolTip("Regenerate and compare the continuations after every change")
+        self.budgetNoteLabel = QLabel(objectName="budgetNoteLabel", wordWrap=True)
+        self.budgetNoteLabel.setToolTip("The method's per-layer budget rule does not apply at this setting")
+        self.budgetNoteLabel.hide()
 
         form = QFormLayout(self)
         form.addRow("Method", self.methodCombo)
@@ -105,6 +108,7 @@ class CompressionControls(QWidget):
         form.addRow("Kernel", self.kernelSpin)
         form.addRow("Schedule", self.scheduleCombo)
         form.addRow("", self.autoRegenerateCheck)
+        form.addRow("", self.budgetNoteLabel)
 
         self.methodCombo.currentIndexChanged.connect(self._changed)
         self.retentionSlider.valueChanged.connect(self._changed)
@@ -204,6 +208,11 @@ class CompressionControls(QWidget):
         """Disable group sizes that do not divide the model's head_dim (mx.quantize would raise)."""
         self._head_dim = head_dim
         self._changed()
+
+    def set_budget_note(self, note: str | None) -> None:
+        """Show why the last result's budget rule fell back to uniform counts (pyramidkv); hide when it did not."""
+        self.budgetNoteLabel.setText(f"⚠ {note}" if note else "")
+        self.budgetNoteLabel.setVisible(bool(note))
 
     def auto_regenerate(self) -> bool:
         """Whether a change should also regenerate the continuations."""
