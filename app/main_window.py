@@ -445,6 +445,7 @@ class MainWindow(QMainWindow):
             "method": s.last_method,
             "ratio": s.last_ratio,
             "bits": s.last_bits,
+            "value_bits": s.last_value_bits,
             "group_size": s.last_group_size,
             "schedule": s.last_schedule,
         }
@@ -464,10 +465,11 @@ class MainWindow(QMainWindow):
         s.last_prompt = self.sessionPanel.promptEdit.toPlainText()
         s.chat_template = self.sessionPanel.chatTemplateCheck.isChecked()
         s.system_prompt = self.sessionPanel.systemPromptEdit.text()
-        s.last_method, s.last_ratio, s.last_bits, s.last_group_size, s.last_schedule = (
+        s.last_method, s.last_ratio, s.last_bits, s.last_value_bits, s.last_group_size, s.last_schedule = (
             cfg["method"],
             cfg["ratio"],
             cfg["bits"],
+            cfg["value_bits"],
             cfg["group_size"],
             cfg["schedule"],
         )

@@ -39,6 +39,8 @@ def config_label(config: dict[str, Any]) -> str:
         if bits in (None, UNQUANTIZED_BITS)
         else f"{bits}-bit g{config.get('group_size')}"
     )
+    if bits not in (None, UNQUANTIZED_BITS) and config.get("value_bits") not in (None, bits):
+        quant = f"K{bits}/V{config['value_bits']}-bit g{config.get('group_size')}"
     shared = "" if config.get("per_head", True) else " · shared"
     return f"{config['method']} {100 * config['ratio']:.0f} % · {quant}{shared}"
 

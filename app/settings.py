@@ -19,6 +19,7 @@ from kvcore.defaults import (
     DEFAULT_METHOD,
     DEFAULT_RATIO,
     DEFAULT_SCHEDULE,
+    DEFAULT_VALUE_BITS,
     SCHEDULES,
     UNQUANTIZED_BITS,
 )
@@ -58,6 +59,7 @@ _CHECKS = {
     "last_method": lambda v: isinstance(v, str) and bool(v),
     "last_ratio": _is_ratio,
     "last_bits": _is_bits,
+    "last_value_bits": _is_bits,
     "last_group_size": lambda v: _is_int(v) and v in ALLOWED_GROUP_SIZES,
     "last_schedule": lambda v: v in SCHEDULES,
     "chat_template": lambda v: isinstance(v, bool),
@@ -76,6 +78,7 @@ class Settings:
     last_method: str = DEFAULT_METHOD
     last_ratio: float = DEFAULT_RATIO
     last_bits: int | None = DEFAULT_BITS
+    last_value_bits: int | None = DEFAULT_VALUE_BITS  # None: the keys' width (no split)
     last_group_size: int = DEFAULT_GROUP_SIZE
     last_schedule: str = DEFAULT_SCHEDULE
     chat_template: bool = True  # the Session panel's box: apply the tokenizer's template when it has one

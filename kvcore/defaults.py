@@ -35,6 +35,8 @@ DEFAULT_RATIO = 0.25
 DEFAULT_BITS: int | None = None
 #: The values' width; None packs them at the keys' width (`bits`). Split widths: 8-bit keys, 4-bit values.
 DEFAULT_VALUE_BITS: int | None = None
+#: The values' width the app's "Separate K/V" toggle starts from (with 8-bit keys: mlx-lm issue 1550's K8/V4).
+DEFAULT_SPLIT_VALUE_BITS = 4
 DEFAULT_GROUP_SIZE = 64
 DEFAULT_PER_HEAD = True
 #: Observation window: the last prompt queries that vote (SnapKV's 64 here); also the window whose attention the

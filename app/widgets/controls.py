@@ -20,6 +20,7 @@ from kvcore.defaults import (
     ALLOWED_BITS,
     ALLOWED_GROUP_SIZES,
     DEFAULT_CONFIG,
+    DEFAULT_SPLIT_VALUE_BITS,
     SCHEDULE_HELP,
     SCHEDULES,
     UNQUANTIZED_BITS,
@@ -67,9 +68,23 @@ class CompressionControls(QWidget):
         self.bitsSlider.setRange(0, len(BITS_STEPS) - 1)
         self.bitsSlider.setPageStep(1)
         self.bitsSlider.setTickPosition(QSlider.TickPosition.TicksBelow)
-        self.bitsSlider.setToolTip("Bits per stored K/V value; 16 means not quantized")
+        self.bitsSlider.setToolTip("Bits per stored K/V value (the keys' when split); 16 means not quantized")
         self.bitsLabel = QLabel(objectName="bitsLabel")
         self.bitsLabel.setMinimumWidth(40)
+        self.splitBitsCheck = QCheckBox("Separate K/V", objectName="splitBitsCheck")
+        self.splitBitsCheck.setToolTip(
+            "Pack values at their own width: keys carry outlier channels, values do not, so 8-bit keys with "
+            "4-bit values costs little quality"
+        )
+        self.valueBitsSlider = QSlider(Qt.Orientation.Horizontal, objectName="valueBitsSlider")
+        self.valueBitsSlider.setRange(0, len(ALLOWED_BITS) - 1)
+        self.valueBitsSlider.setPageStep(1)
+        self.valueBitsSlider.setTickPosition(QSlider.TickPosition.TicksBelow)
+        self.valueBitsSlider.setToolTip("Bits per stored value (keys use the Bits slider)")
+        self.valueBitsSlider.setValue(ALLOWED_BITS.index(DEFAULT_SPLIT_VALUE_BITS))
+        self.valueBitsLabel = QLabel(objectName="valueBitsLabel")
+        self.valueBitsLabel.setMinimumWidth(40)
+        self.valueBitsRow = self._with_label(self.valueBitsSlider, self.valueBitsLabel)
 
         self.groupSizeCombo = QComboBox(objectName="groupSizeCombo")
         for size in GROUP_SIZES:
@@ -101,6 +116,9 @@ class CompressionControls(QWidget):
         form.addRow("Method", self.methodCombo)
         form.addRow("Retention", self._with_label(self.retentionSlider, self.retentionLabel))
         form.addRow("Bits", self._with_label(self.bitsSlider, self.bitsLabel))
+        form.addRow("", self.splitBitsCheck)
+        form.addRow("Value bits", self.valueBitsRow)
+        self._form = form
         form.addRow("Group size", self.groupSizeCombo)
         form.addRow("", self.perHeadCheck)
         form.addRow("Window", self.windowSpin)
@@ -113,6 +131,8 @@ class CompressionControls(QWidget):
         self.methodCombo.currentIndexChanged.connect(self._changed)
         self.retentionSlider.valueChanged.connect(self._changed)
         self.bitsSlider.valueChanged.connect(self._changed)
+        self.splitBitsCheck.toggled.connect(self._changed)
+        self.valueBitsSlider.valueChanged.connect(self._changed)
         self.groupSizeCombo.currentIndexChanged.connect(self._changed)
         self.perHeadCheck.toggled.connect(self._changed)
         self.scheduleCombo.currentIndexChanged.connect(self._changed)
@@ -138,13 +158,14 @@ class CompressionControls(QWidget):
     # -- public API -------------------------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:
-        """{method, ratio (0.01-1.0), bits (int, None = unquantized), group_size, per_head, window, n_sink, kernel,
-        schedule}."""
+        """{method, ratio (0.01-1.0), bits (int, None = unquantized), value_bits (None = the keys' width),
+        group_size, per_head, window, n_sink, kernel, schedule}."""
         bits = BITS_STEPS[self.bitsSlider.value()]
         return {
             "method": self.methodCombo.currentText(),
             "ratio": self.retentionSlider.value() / 100.0,
             "bits": None if bits == UNQUANTIZED_BITS else bits,
+            "value_bits": self._value_bits(bits),
             "group_size": int(self.groupSizeCombo.currentData()),
             "per_head": self.perHeadCheck.isChecked(),
             "window": self.windowSpin.value(),
@@ -159,6 +180,8 @@ class CompressionControls(QWidget):
             self.methodCombo,
             self.retentionSlider,
             self.bitsSlider,
+            self.splitBitsCheck,
+            self.valueBitsSlider,
             self.groupSizeCombo,
             self.perHeadCheck,
             self.windowSpin,
@@ -178,6 +201,14 @@ class CompressionControls(QWidget):
                 if bits not in BITS_STEPS:
                     raise ValueError(f"bits must be one of {BITS_STEPS}, got {bits}")
                 self.bitsSlider.setValue(BITS_STEPS.index(bits))
+            if "value_bits" in config:
+                value_bits = config["value_bits"]
+                split = value_bits not in (None, UNQUANTIZED_BITS, BITS_STEPS[self.bitsSlider.value()])
+                if split and value_bits not in ALLOWED_BITS:
+                    raise ValueError(f"value_bits must be one of {ALLOWED_BITS}, got {value_bits}")
+                if split:
+                    self.valueBitsSlider.setValue(ALLOWED_BITS.index(int(value_bits)))
+                self.splitBitsCheck.setChecked(split)
             if "group_size" in config:
                 index = self.groupSizeCombo.findData(int(config["group_size"]))
                 if index < 0:
@@ -225,10 +256,18 @@ class CompressionControls(QWidget):
         self._update_labels()
         self.configChanged.emit(self.config())
 
+    def _value_bits(self, key_bits: int) -> int | None:
+        """The values' width when split and the keys are packed at another width; None otherwise."""
+        if not self.splitBitsCheck.isChecked() or key_bits == UNQUANTIZED_BITS:
+            return None
+        value_bits = ALLOWED_BITS[self.valueBitsSlider.value()]
+        return None if value_bits == key_bits else value_bits
+
     def _update_labels(self) -> None:
         self.retentionLabel.setText(f"{self.retentionSlider.value()} %")
         bits = BITS_STEPS[self.bitsSlider.value()]
         self.bitsLabel.setText(f"{bits} (off)" if bits == UNQUANTIZED_BITS else f"{bits}-bit")
+        self.valueBitsLabel.setText(f"{ALLOWED_BITS[self.valueBitsSlider.value()]}-bit")
 
     def _update_validity(self) -> None:
         """Grey out what the current choice makes meaningless or invalid, and say why."""
@@ -246,6 +285,9 @@ class CompressionControls(QWidget):
 
         quantized = BITS_STEPS[self.bitsSlider.value()] != UNQUANTIZED_BITS
         self._enable(self.groupSizeCombo, quantized, "No quantization at 16 bits")
+        self._enable(self.splitBitsCheck, quantized, "No quantization at 16 bits")
+        self._form.setRowVisible(self.valueBitsRow, self.splitBitsCheck.isChecked())
+        self._enable(self.valueBitsSlider, quantized, "No quantization at 16 bits")
         self._update_group_sizes()
 
     def _update_group_sizes(self) -> None:

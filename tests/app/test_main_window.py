@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 from app import main_window
 from app.main_window import MainWindow
+from app.settings import Settings
 from app.view_model import rows_of
 from app.widgets.comparison import MetricsPanel
 from app.widgets.controls import BITS_STEPS
@@ -283,3 +284,21 @@ def test_default_model_is_the_bundled_demo_when_present(monkeypatch, tmp_path):
     monkeypatch.setattr(main_window, "demo_model_dir", lambda: demo_model_dir())
     expected = str(demo_model_dir()) if (demo_model_dir() / "config.json").is_file() else None
     assert main_window.default_model() == expected
+
+
+def test_separate_kv_toggle_drives_the_engine_at_split_widths(ctx):
+    window, ref = ctx["window"], ctx["ref"]
+    controls = window.controls
+    _shown_after(window, lambda: controls.bitsSlider.setValue(BITS_STEPS.index(8)))
+    bytes_8_8 = window.metricsPanel.value_text("bytes_compressed")
+    assert not controls.splitBitsCheck.isChecked() and controls.config()["value_bits"] is None
+    _shown_after(window, lambda: controls.splitBitsCheck.setChecked(True))
+    assert controls.config()["bits"] == 8 and controls.config()["value_bits"] == 4
+    _assert_window_matches(window, ref, controls.config())
+    assert {(r["bits"], r["value_bits"]) for r in window.statsTable.rows()} == {(8, 4)}
+    assert window.metricsPanel.value_text("bytes_compressed") != bytes_8_8
+    assert window.save_settings() is None
+    saved, _ = Settings.load(window.settings.path)
+    assert (saved.last_bits, saved.last_value_bits) == (8, 4)
+    _shown_after(window, lambda: controls.splitBitsCheck.setChecked(False))
+    assert controls.config()["value_bits"] is None

@@ -16,13 +16,14 @@ def test_missing_file_gives_defaults_without_warning(tmp_path):
 
 def test_round_trip(tmp_path):
     path = tmp_path / "sub" / "settings.json"
-    s = Settings(geometry="AdnQywAD", last_prompt="def f():", last_method="h2o", last_ratio=0.4, last_bits=4)
+    s = Settings(geometry="AdnQywAD", last_prompt="def f():", last_method="h2o", last_ratio=0.4, last_bits=8)
+    s.last_value_bits = 4
     s.add_recent_model("/models/a")
     assert s.save(path) is None
     loaded, warning = Settings.load(path)
     assert warning is None
     assert loaded == s
-    assert loaded.last_bits == 4 and loaded.recent_models == ["/models/a"]
+    assert (loaded.last_bits, loaded.last_value_bits) == (8, 4) and loaded.recent_models == ["/models/a"]
     assert not [p for p in path.parent.iterdir() if p.name != "settings.json"], "temp file left behind"
 
 

@@ -56,6 +56,7 @@ def test_set_config_round_trip_emits_once(controls, qtbot):
         "method": "h2o",
         "ratio": 0.5,
         "bits": 4,
+        "value_bits": 2,
         "group_size": 32,
         "per_head": False,
         "window": 32,
@@ -131,3 +132,25 @@ def test_irrelevant_controls_disabled_with_reason(controls):
     assert controls.retentionSlider.isEnabled() and controls.windowSpin.isEnabled()
     assert controls.groupSizeCombo.isEnabled()
     assert controls.windowSpin.toolTip().startswith("Observation window")
+
+
+def test_separate_kv_reveals_a_value_slider_and_emits_value_bits(controls, qtbot):
+    from kvcore.defaults import ALLOWED_BITS, DEFAULT_SPLIT_VALUE_BITS
+
+    assert (
+        controls.valueBitsRow.isHidden() and not controls.splitBitsCheck.isEnabled()
+    )  # 16 bits: nothing to split
+    controls.set_config({"bits": 8})
+    assert controls.splitBitsCheck.isEnabled()
+    with qtbot.waitSignal(controls.configChanged) as blocker:
+        controls.splitBitsCheck.setChecked(True)
+    assert not controls.valueBitsRow.isHidden()
+    assert blocker.args[0]["bits"] == 8 and blocker.args[0]["value_bits"] == DEFAULT_SPLIT_VALUE_BITS
+    controls.valueBitsSlider.setValue(ALLOWED_BITS.index(8))  # the keys' width: no split
+    assert controls.config()["value_bits"] is None
+    controls.set_config({"bits": 6, "value_bits": 2})
+    assert controls.config()["value_bits"] == 2 and controls.valueBitsLabel.text() == "2-bit"
+    controls.set_config({"value_bits": None})
+    assert not controls.splitBitsCheck.isChecked() and controls.valueBitsRow.isHidden()
+    with pytest.raises(ValueError, match="value_bits"):
+        controls.set_config({"bits": 8, "value_bits": 7})
