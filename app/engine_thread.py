@@ -18,11 +18,9 @@ from typing import Any
 
 from PySide6.QtCore import QThread, Signal
 
+from kvcore.capture import Cancelled
+
 log = logging.getLogger(__name__)
-
-
-class Cancelled(Exception):
-    """Raised inside a job when the user cancelled it."""
 
 
 @dataclass

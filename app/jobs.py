@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app.engine_thread import Cancelled, Job, JobContext
+from app.engine_thread import Job, JobContext
 from app.view_model import CompressionView, LoadedModel, SequenceView, compression_view, sequence_view
-from kvcore import capture
+from kvcore.capture import Cancelled
 from kvcore.needle_grid import GridCell, run_grid
 from kvcore.session import CompressionConfig, Session
 from kvcore.sweep import SweepPoint, run_sweep
@@ -65,17 +65,14 @@ def prefill(prompt: str, n_tokens: int, chat_template: bool = True, system_promp
             text = prefill_progress_text(done, total, time.perf_counter() - start)
             ctx.progress(done / max(total, 1), text)
 
-        try:
-            session.prefill(
-                prompt,
-                n_tokens=n_tokens,
-                on_progress=progress,
-                should_cancel=ctx.cancelled,
-                chat_template=chat_template,
-                system_prompt=system_prompt,
-            )
-        except capture.Cancelled as exc:
-            raise Cancelled(str(exc)) from exc
+        session.prefill(
+            prompt,
+            n_tokens=n_tokens,
+            on_progress=progress,
+            should_cancel=ctx.cancelled,
+            chat_template=chat_template,
+            system_prompt=system_prompt,
+        )
         return sequence_view(session)
 
     return job
@@ -87,10 +84,7 @@ def extend(n: int) -> Job:
     def job(ctx: JobContext) -> SequenceView:
         session = _session(ctx)
         ctx.progress(0.0, f"Generating {n} token{'s' if n != 1 else ''}…")
-        try:
-            session.extend(n, should_cancel=ctx.cancelled)
-        except capture.Cancelled as exc:
-            raise Cancelled(str(exc)) from exc
+        session.extend(n, should_cancel=ctx.cancelled)
         return sequence_view(session)
 
     return job
@@ -120,10 +114,10 @@ def compress(
             ctx.check_cancelled()
             try:
                 regen = session.regenerate(state, should_cancel=lambda: ctx.cancelled() or stale())
-            except capture.Cancelled as exc:
+            except Cancelled:
                 if stale() and not ctx.cancelled():
                     return None
-                raise Cancelled(str(exc)) from exc
+                raise
         view = compression_view(session, state, regen)
         view.request_id = ctx.request_id
         return view

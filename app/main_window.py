@@ -20,21 +20,21 @@ from app.engine_thread import EngineThread, JobFailure, JobResult
 from app.needles import NeedleController
 from app.pinning import PinController
 from app.plot_exports import ask_image_path, export_plot, export_rows
+from app.session_files import OPEN, SAVE, SessionFiles
 from app.settings import Settings
 from app.sweeping import SweepController
 from app.view_model import CompressionView, LoadedModel, SequenceView
 from app.widgets.comparison import ComparisonView, MetricsPanel
-from app.widgets.controls import CompressionControls
+from app.widgets.controls import DEFAULTS, CompressionControls
 from app.widgets.heatmap import RetentionHeatmap
 from app.widgets.needle_panel import NeedlePanel
 from app.widgets.session_panel import SessionPanel, find_cached_models
 from app.widgets.sweep_panel import SweepPanel
 from app.window_parts import StatsPane, StatusArea, build_menus
 from kvcore import model_checks
+from kvcore.defaults import DEFAULT_CONTINUATION_TOKENS
 from kvcore.resources import demo_model_dir, prompts_dir, resources_dir
 
-#: Dense continuation computed at prefill: the reference every compressed run is measured against.
-CONTINUATION_TOKENS = 32
 DEFAULT_SIZE = (1440, 900)
 #: Jobs long enough that the run buttons wait for them (a recompress does not block Prefill).
 LONG_KINDS = {
@@ -43,6 +43,8 @@ LONG_KINDS = {
     "extend": "Generating",
     "sweep": "Sweeping",
     "needles": "Running the needle grid",
+    OPEN: "Opening the session",
+    SAVE: "Saving the session",
 }
 
 
@@ -64,7 +66,7 @@ class MainWindow(QMainWindow):
         self,
         model: str | None = None,
         settings_path: str | Path | None = None,
-        continuation_tokens: int = CONTINUATION_TOKENS,
+        continuation_tokens: int = DEFAULT_CONTINUATION_TOKENS,
     ) -> None:
         super().__init__()
         self.setWindowTitle("KV Lens")
@@ -94,6 +96,7 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self.sweeping = SweepController(self)
         self.needles = NeedleController(self)
+        self.session_files = SessionFiles(self)
         self.actions_ = build_menus(self)
         self.pinning = PinController(self)
         self._guard = ArrowKeyGuard(self)
@@ -289,6 +292,8 @@ class MainWindow(QMainWindow):
             self.sweeping.on_finished(result)
         elif result.kind == "needles":
             self.needles.on_finished(result)
+        elif result.kind in (OPEN, SAVE):
+            self.session_files.on_finished(result)
 
     def _show_loaded(self, loaded: LoadedModel) -> None:
         info = loaded.info
@@ -372,6 +377,9 @@ class MainWindow(QMainWindow):
         if failure.kind == "needles":
             self.needles.on_failed(failure)
             return
+        if failure.kind in (OPEN, SAVE):
+            self.session_files.on_failed(failure)
+            return
         if failure.cancelled:
             self.status.show(f"{failure.kind.capitalize()} cancelled.")
             return
@@ -440,7 +448,7 @@ class MainWindow(QMainWindow):
         try:
             self.controls.set_config(last)
         except ValueError as exc:
-            self.controls.set_config({"method": "snapkv", "ratio": 0.25, "bits": None, "group_size": 64})
+            self.controls.set_config(DEFAULTS)
             return f"Settings: {exc}; defaults used."
         if self.controls.config()["method"] != s.last_method:
             return f"Settings: unknown method {s.last_method!r}; using {self.controls.config()['method']}."

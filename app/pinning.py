@@ -123,6 +123,15 @@ class PinController:
         )
         return True
 
+    def restore(self, pin: Pin) -> None:
+        """Pin `pin` again (a session file kept it) over the view on screen, as `pin` would."""
+        view = self._current
+        if view is None or pin.kept.shape != (view.n_layers, view.n_kv_heads, pin.kept.shape[2]):
+            return
+        self.pin_state = pin
+        self.window.heatmap.set_pinned(pin.kept.reshape(view.n_layers * view.n_kv_heads, -1), pin.label)
+        self.window.statsTable.set_rows(*self.on_compression(view))
+
     def unpin(self) -> None:
         """Forget B; the Diff view and the pinned columns go away."""
         if self.pin_state is None:

@@ -11,7 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from kvcore.atomic import write_text as atomic_write_text
-from kvcore.defaults import ALLOWED_BITS, ALLOWED_GROUP_SIZES, DEFAULT_SCHEDULE, SCHEDULES, UNQUANTIZED_BITS
+from kvcore.defaults import (
+    ALLOWED_BITS,
+    ALLOWED_GROUP_SIZES,
+    DEFAULT_BITS,
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_METHOD,
+    DEFAULT_RATIO,
+    DEFAULT_SCHEDULE,
+    SCHEDULES,
+    UNQUANTIZED_BITS,
+)
 
 APP_NAME = "KV Lens"
 MAX_RECENT = 10
@@ -63,10 +73,10 @@ class Settings:
     geometry: str = ""
     recent_models: list[str] = field(default_factory=list)
     last_prompt: str = ""
-    last_method: str = "snapkv"
-    last_ratio: float = 0.25
-    last_bits: int | None = None
-    last_group_size: int = 64
+    last_method: str = DEFAULT_METHOD
+    last_ratio: float = DEFAULT_RATIO
+    last_bits: int | None = DEFAULT_BITS
+    last_group_size: int = DEFAULT_GROUP_SIZE
     last_schedule: str = DEFAULT_SCHEDULE
     chat_template: bool = True  # the Session panel's box: apply the tokenizer's template when it has one
     system_prompt: str = ""

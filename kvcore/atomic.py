@@ -12,6 +12,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
 @contextlib.contextmanager
@@ -32,20 +33,20 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             tmp_path.unlink()
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write bytes atomically, fsynced before the rename so a crash leaves the old or the new file."""
+def write_stream(path: str | os.PathLike, writer: Callable[[BinaryIO], object]) -> None:
+    """Call writer(binary file) on a temp file, fsync it, then move it into place: a crash leaves the old or the
+    new file. A file object, not a path, so writers that add their own suffix (mx.save_safetensors) cannot."""
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        fh.write(data)
+        writer(fh)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write bytes atomically (fsynced before the rename)."""
+    write_stream(path, lambda fh: fh.write(data))
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
     """Write UTF-8 text atomically."""
     write_bytes(path, text.encode("utf-8"))
-
-
-def write_with(path: str | os.PathLike, writer: Callable[[Path], None]) -> None:
-    """Call writer(temp_path) and move the result into place atomically."""
-    with atomic_path(path) as tmp:
-        writer(tmp)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvcore.defaults import DEFAULT_WINDOW
+
 
 def check_ratio(ratio: float) -> float:
     """The retention ratio as a float in (0, 1]; ValueError otherwise."""
@@ -36,7 +38,7 @@ class PyramidBudget:
 
 
 def pyramidkv(
-    n_tokens: int, ratio: float, n_layers: int, window: int = 64, beta: float = 20
+    n_tokens: int, ratio: float, n_layers: int, window: int = DEFAULT_WINDOW, beta: float = 20
 ) -> PyramidBudget:
     """PyramidKV: layer l keeps max - l·step, min = (C - w)/beta, max = 2(C - w) - min, C = w + n.
 

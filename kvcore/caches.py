@@ -32,13 +32,11 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-ALLOWED_BITS = (2, 3, 4, 5, 6, 8)
-ALLOWED_GROUP_SIZES = (32, 64, 128)
+from kvcore.defaults import ALLOWED_BITS, ALLOWED_GROUP_SIZES, DEFAULT_GROUP_SIZE
+
 STEP = 256
 
 __all__ = [
-    "ALLOWED_BITS",
-    "ALLOWED_GROUP_SIZES",
     "SparseKVCache",
     "SparseQuantizedKVCache",
     "cache_tensor_bytes",
@@ -310,32 +308,7 @@ class SparseKVCache(_SparseRows, KVCache):
     def _wrap(self, parts: Sequence[mx.array]) -> mx.array:
         return parts[0]
 
-    @classmethod
-    def from_dense(
-        cls, keys: mx.array, values: mx.array, logical_offset: int, indices: Any = None
-    ) -> SparseKVCache:
-        """Cache over `keys`/`values` [B, H_kv, T, head_dim] (rows = positions), keeping `indices` (all if None)."""
-        src = KVCache()
-        src.keys, src.values, src.offset = keys, values, int(keys.shape[2])
-        if indices is None:
-            out = to_sparse_all([src])[0]
-            out.offset = int(logical_offset)
-            return out
-        return select_positions([src], [indices], logical_offset)[0]
-
-    @classmethod
-    def from_kvcache(
-        cls, src: KVCache, indices: Any = None, logical_offset: int | None = None
-    ) -> SparseKVCache:
-        """Sparse view of one mlx-lm KVCache layer (all positions when `indices` is None)."""
-        if indices is None:
-            out = to_sparse_all([src])[0]
-            if logical_offset is not None:
-                out.offset = int(logical_offset)
-            return out
-        return select_positions([src], [indices], logical_offset)[0]
-
-    def to_quantized(self, group_size: int = 64, bits: int = 4) -> SparseQuantizedKVCache:
+    def to_quantized(self, group_size: int = DEFAULT_GROUP_SIZE, bits: int = 4) -> SparseQuantizedKVCache:
         """Pack the kept rows (B2 on top of a selection); layout, positions and offset are unchanged."""
         return quantize_cache([self], bits=bits, group_size=group_size)[0]
 
@@ -353,7 +326,7 @@ class SparseKVCache(_SparseRows, KVCache):
 class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
     """Packed (mx.quantize) cache over kept positions, executed by mlx-lm's quantized attention."""
 
-    def __init__(self, group_size: int = 64, bits: int = 8) -> None:
+    def __init__(self, group_size: int = DEFAULT_GROUP_SIZE, bits: int = 8) -> None:
         validate_quantization(bits, group_size)
         self._reset()
         self.group_size = group_size
@@ -601,7 +574,7 @@ def to_sparse_all(cache: Sequence[Any]) -> list:
     return out
 
 
-def quantize_cache(cache: Sequence[Any], bits: int, group_size: int = 64) -> list:
+def quantize_cache(cache: Sequence[Any], bits: int, group_size: int = DEFAULT_GROUP_SIZE) -> list:
     """B2: pack every fp full-attention layer's kept K/V with mx.quantize (storage and execution form).
 
     KVCache and SparseKVCache layers become SparseQuantizedKVCache with the same rows, positions and offset

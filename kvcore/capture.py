@@ -33,13 +33,16 @@ import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from kvcore import attention, caches
+from kvcore.defaults import DEFAULT_WINDOW
 
 # Upper bound on the elements of one block of attention probabilities [H_q, block, T] (64 MiB in float32).
 BLOCK_ELEMENTS = 1 << 24
 
 
 class Cancelled(Exception):
-    """`should_cancel()` returned True between two prefill chunks."""
+    """The user cancelled: `should_cancel()` said so between two chunks or tokens, or an app job was stopped.
+
+    The one cancellation type of engine and app, so a cancel raised anywhere reaches the app as "Cancelled"."""
 
 
 @dataclass
@@ -175,7 +178,7 @@ def prefill_with_capture(
     model: nn.Module,
     prompt_ids: Sequence[int],
     cache: list[Any] | None = None,
-    window: int = 64,
+    window: int = DEFAULT_WINDOW,
     chunk_size: int = 2048,
     h2o: bool | str = True,
     hold_last: bool = False,

@@ -25,7 +25,17 @@ from typing import Any, NoReturn
 
 from kvcore.defaults import (
     ALLOWED_BITS,
+    DEFAULT_CONTINUATION_TOKENS,
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_KERNEL,
+    DEFAULT_METHOD,
+    DEFAULT_N_SINK,
+    DEFAULT_RATIO,
     DEFAULT_SCHEDULE,
+    DEFAULT_SWEEP_BITS,
+    DEFAULT_SWEEP_METHODS,
+    DEFAULT_SWEEP_RATIOS,
+    DEFAULT_WINDOW,
     SCHEDULE_HELP,
     SCHEDULES,
     UNQUANTIZED_BITS,
@@ -35,6 +45,8 @@ from kvcore.export import SUMMARY_COLUMNS as SUMMARY_COLUMNS  # noqa: F401 (re-e
 from kvcore.frontier import DEFAULT_METRIC, METRICS
 from kvcore.probes import cli as probe_cli
 from kvcore.resources import demo_model_dir
+
+_BITS_HELP = f"{', '.join(map(str, ALLOWED_BITS))} or {UNQUANTIZED_BITS} (unquantized)"
 
 
 class UsageError(ValueError):
@@ -76,20 +88,26 @@ def _parser() -> argparse.ArgumentParser:
             "--max-tokens",
             dest="tokens",
             type=int,
-            default=32,
-            help="tokens to generate (default 32)",
+            default=DEFAULT_CONTINUATION_TOKENS,
+            help=f"tokens to generate (default {DEFAULT_CONTINUATION_TOKENS})",
         )
         s.add_argument("--csv", type=Path, help="per-(layer, kv-head) statistics")
         if name == "compress":
-            s.add_argument("--method", default="snapkv")
-            s.add_argument("--ratio", type=float, default=0.25)
-            s.add_argument("--bits", type=int, default=16, help="2, 3, 4, 5, 6, 8 or 16 (unquantized)")
+            s.add_argument("--method", default=DEFAULT_METHOD)
+            s.add_argument("--ratio", type=float, default=DEFAULT_RATIO)
+            s.add_argument("--bits", type=int, default=UNQUANTIZED_BITS, help=_BITS_HELP)
             s.add_argument("--positions", type=Path, help="kept positions as JSON")
             s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
         else:
-            s.add_argument("--methods", default="snapkv")
-            s.add_argument("--ratios", default="0.1,0.25,0.5", help="a list (0.1,0.25) or start:stop:step")
-            s.add_argument("--bits", default="16", help="comma-separated, e.g. 4,8,16")
+            s.add_argument("--methods", default=",".join(DEFAULT_SWEEP_METHODS))
+            s.add_argument(
+                "--ratios",
+                default=",".join(map(str, DEFAULT_SWEEP_RATIOS)),
+                help="a list (0.1,0.25) or start:stop:step",
+            )
+            s.add_argument(
+                "--bits", default=",".join(map(str, DEFAULT_SWEEP_BITS)), help="comma-separated, e.g. 4,8,16"
+            )
             s.add_argument("--plot", type=Path, help="write the memory-quality frontier as PNG or SVG")
             s.add_argument(
                 "--metric",
@@ -126,11 +144,11 @@ def _add_prompt_set(s: argparse.ArgumentParser, source: Any) -> None:
 
 def _add_shared(s: argparse.ArgumentParser) -> None:
     """Compression options every subcommand takes."""
-    s.add_argument("--group-size", type=int, default=64)
+    s.add_argument("--group-size", type=int, default=DEFAULT_GROUP_SIZE)
     s.add_argument("--shared", action="store_true", help="all kv-heads of a layer keep the same positions")
-    s.add_argument("--window", type=int, default=64)
-    s.add_argument("--n-sink", type=int, default=4)
-    s.add_argument("--kernel", type=int, default=5)
+    s.add_argument("--window", type=int, default=DEFAULT_WINDOW)
+    s.add_argument("--n-sink", type=int, default=DEFAULT_N_SINK)
+    s.add_argument("--kernel", type=int, default=DEFAULT_KERNEL)
     s.add_argument(
         "--schedule",
         choices=SCHEDULES,
@@ -227,8 +245,7 @@ def _config(args: argparse.Namespace, method: str, ratio: float, bits: int) -> A
     from kvcore.session import CompressionConfig
 
     if bits != UNQUANTIZED_BITS and bits not in ALLOWED_BITS:
-        allowed = ", ".join(map(str, ALLOWED_BITS))
-        raise UsageError(f"--bits {bits}: allowed are {allowed} and {UNQUANTIZED_BITS} (unquantized)")
+        raise UsageError(f"--bits {bits}: allowed are {_BITS_HELP}")
     return CompressionConfig(
         method=method,
         ratio=ratio,
@@ -379,7 +396,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                 "method": cfg.method,
                 "schedule": cfg.schedule,
                 "ratio": cfg.ratio,
-                "bits": cfg.bits or 16,
+                "bits": cfg.bits or UNQUANTIZED_BITS,
                 "layers": [
                     {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
                 ],
@@ -392,7 +409,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                     "method": cfg.method,
                     "schedule": cfg.schedule,
                     "ratio": cfg.ratio,
-                    "bits": cfg.bits or 16,
+                    "bits": cfg.bits or UNQUANTIZED_BITS,
                     **summary,
                 }
             )
@@ -405,7 +422,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
 def _progress(done: int, total: int, cfg: Any) -> None:
     width = 30
     filled = int(width * done / total)
-    bits = cfg.bits or 16
+    bits = cfg.bits or UNQUANTIZED_BITS
     sys.stderr.write(
         f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {cfg.method} r={cfg.ratio:g} bits={bits}  "
     )

@@ -29,10 +29,40 @@ SCHEDULE_HELP: dict[str, str] = {
     ),
 }
 
+#: The compression a fresh session, the controls, the settings and the CLI start from (bits None: unquantized).
+DEFAULT_METHOD = "snapkv"
+DEFAULT_RATIO = 0.25
+DEFAULT_BITS: int | None = None
+DEFAULT_GROUP_SIZE = 64
+DEFAULT_PER_HEAD = True
+#: Observation window: the last prompt queries that vote (SnapKV's 64 here); also the window whose attention the
+#: statistics' "attention mass kept" is measured over.
+DEFAULT_WINDOW = 64
+DEFAULT_N_SINK = 4
+DEFAULT_KERNEL = 5
+DEFAULT_SEED = 0
+#: The same as the config dict the GUI's controls emit (a `CompressionConfig` less its seed).
+DEFAULT_CONFIG: dict[str, object] = {
+    "method": DEFAULT_METHOD,
+    "ratio": DEFAULT_RATIO,
+    "bits": DEFAULT_BITS,
+    "group_size": DEFAULT_GROUP_SIZE,
+    "per_head": DEFAULT_PER_HEAD,
+    "window": DEFAULT_WINDOW,
+    "n_sink": DEFAULT_N_SINK,
+    "kernel": DEFAULT_KERNEL,
+    "schedule": DEFAULT_SCHEDULE,
+}
+#: Tokens of the dense greedy continuation a prefill computes (GUI and CLI).
+DEFAULT_CONTINUATION_TOKENS = 32
+
 #: Queries captured at prefill; a method's window can go up to this without a new prefill.
 CAPTURE_WINDOW = 256
-#: Window whose attention the statistics' "attention mass kept" is measured over.
-STATS_WINDOW = 64
+
+#: `kvlens sweep` and the Sweep dock start from the same grid: three methods of different kinds, four ratios.
+DEFAULT_SWEEP_METHODS: tuple[str, ...] = ("streaming_llm", "snapkv", "h2o")
+DEFAULT_SWEEP_RATIOS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75)
+DEFAULT_SWEEP_BITS: tuple[int, ...] = (UNQUANTIZED_BITS,)
 
 #: `kvlens probe` defaults: the methods whose ordering the probes show, and a small depth × length grid.
 DEFAULT_PROBE_METHODS: tuple[str, ...] = ("snapkv", "adakv", "streaming_llm", "random")

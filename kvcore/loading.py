@@ -45,10 +45,18 @@ class ModelInfo:
 
 
 def hf_cache_dir() -> Path:
-    """The Hugging Face hub cache folder (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    """The Hugging Face hub cache by huggingface_hub's rules, read now (its constants are fixed at import):
+    HF_HUB_CACHE, the older HUGGINGFACE_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub, else
+    ~/.cache/huggingface/hub. An empty variable counts as unset; ~ and $VARS are expanded."""
+
+    def env(name: str) -> Path | None:
+        value = os.environ.get(name)
+        return Path(os.path.expandvars(os.path.expanduser(value))) if value else None
+
+    hub = env("HF_HUB_CACHE") or env("HUGGINGFACE_HUB_CACHE")
+    if hub is not None:
+        return hub
+    home = env("HF_HOME") or (env("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
     return home / "hub"
 
 

@@ -138,9 +138,11 @@ def attention_mass_kept(window_attention: np.ndarray, kept: Sequence[np.ndarray]
     return out
 
 
-def rmse_per_head(original: np.ndarray, approx: np.ndarray) -> np.ndarray:
-    """Root-mean-square error per head over [H, n, D] arrays (0 for a head with no rows)."""
-    diff = np.asarray(original, dtype=np.float64) - np.asarray(approx, dtype=np.float64)
-    if diff.shape[1] == 0:
-        return np.zeros(diff.shape[0])
-    return np.sqrt((diff**2).mean(axis=(1, 2)))
+def pooled_rmse(row_rmse: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per head, the RMSE over all its valid rows from each row's RMSE over head_dim [H, n] (0 for no rows).
+
+    Rows have equal width, so the mean of the rows' squared RMSE is the mean squared error of the whole head:
+    the session keeps per-row errors for the heatmap and pools them here instead of a second pass over the data.
+    """
+    sq = np.where(valid, np.asarray(row_rmse, dtype=np.float64) ** 2, 0.0).sum(axis=1)
+    return np.sqrt(sq / np.maximum(valid.sum(axis=1), 1))

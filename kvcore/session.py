@@ -32,9 +32,19 @@ from kvcore.defaults import (
     ALLOWED_BITS,
     ALLOWED_GROUP_SIZES,
     CAPTURE_WINDOW,
+    DEFAULT_BITS,
+    DEFAULT_CONTINUATION_TOKENS,
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_KERNEL,
+    DEFAULT_METHOD,
+    DEFAULT_N_SINK,
+    DEFAULT_PER_HEAD,
+    DEFAULT_RATIO,
     DEFAULT_SCHEDULE,
+    DEFAULT_SEED,
+    DEFAULT_WINDOW,
     SCHEDULES,
-    STATS_WINDOW,
+    UNQUANTIZED_BITS,
 )
 from kvcore.methods import MethodParams, available
 from kvcore.methods.base import window_attention
@@ -63,15 +73,15 @@ __all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", 
 class CompressionConfig:
     """One point in the space the sliders span. bits None means unquantized (the UI's 16)."""
 
-    method: str = "snapkv"
-    ratio: float = 0.25
-    bits: int | None = None
-    group_size: int = 64
-    per_head: bool = True
-    window: int = 64
-    n_sink: int = 4
-    kernel: int = 5
-    seed: int = 0
+    method: str = DEFAULT_METHOD
+    ratio: float = DEFAULT_RATIO
+    bits: int | None = DEFAULT_BITS
+    group_size: int = DEFAULT_GROUP_SIZE
+    per_head: bool = DEFAULT_PER_HEAD
+    window: int = DEFAULT_WINDOW
+    n_sink: int = DEFAULT_N_SINK
+    kernel: int = DEFAULT_KERNEL
+    seed: int = DEFAULT_SEED
     schedule: str = DEFAULT_SCHEDULE
 
     def __post_init__(self) -> None:
@@ -82,7 +92,9 @@ class CompressionConfig:
         if not isinstance(self.ratio, int | float) or not 0.0 < self.ratio <= 1.0:
             raise ValueError(f"ratio must be in (0, 1], got {self.ratio!r}")
         if self.bits is not None and self.bits not in ALLOWED_BITS:
-            raise ValueError(f"bits must be one of {ALLOWED_BITS} or 16 (unquantized), got {self.bits!r}")
+            raise ValueError(
+                f"bits must be one of {ALLOWED_BITS} or {UNQUANTIZED_BITS} (unquantized), got {self.bits!r}"
+            )
         if self.group_size not in ALLOWED_GROUP_SIZES:
             raise ValueError(f"group size must be one of {ALLOWED_GROUP_SIZES}, got {self.group_size!r}")
         if self.window > CAPTURE_WINDOW:
@@ -92,7 +104,7 @@ class CompressionConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CompressionConfig:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        if known.get("bits") == 16:
+        if known.get("bits") == UNQUANTIZED_BITS:
             known["bits"] = None
         return cls(**known)
 
@@ -157,7 +169,7 @@ class Session:
         self.forward_calls = 0
         self._capture: CaptureResult | None = None
         self._rankings: dict[tuple[str, MethodParams, str], Ranking] = {}
-        self._window_attention: dict[str, list[np.ndarray | None]] = {}
+        self._window_attention: dict[tuple[str, int], list[np.ndarray | None]] = {}
         self.prompt_ids: list[int] = []
         self.dense_tokens: list[int] = []
         self._dense_logits: dict[str, np.ndarray] = {}
@@ -231,7 +243,7 @@ class Session:
     def prefill(
         self,
         prompt: str | Sequence[int],
-        n_tokens: int = 32,
+        n_tokens: int = DEFAULT_CONTINUATION_TOKENS,
         on_progress: Progress = None,
         should_cancel: CancelCheck = None,
         chat_template: bool = True,
@@ -282,21 +294,41 @@ class Session:
             "chat_template": applied,
         }
 
-    def _mean_window_attention(self, schedule: str) -> list[np.ndarray | None]:
-        """Per layer [H_kv, T]: the last STATS_WINDOW queries' attention, mean over queries and GQA group."""
-        if schedule in self._window_attention:
-            return self._window_attention[schedule]
+    def restore_prefill(
+        self,
+        capture: CaptureResult,
+        prompt_ids: list[int],
+        chat_template_applied: bool,
+        dense_tokens: list[int],
+        dense_logits: dict[str, np.ndarray],
+        decode_cache: list[Any],
+        prefill_ms: float,
+    ) -> None:
+        """Adopt a prefill read from a session file (kvcore.session_file checked it): no forward pass."""
+        self._check_thread()
+        self._capture, self.prompt_ids, self._rankings, self._window_attention = capture, prompt_ids, {}, {}
+        self.dense_tokens, self._dense_logits, self._dense_decode_cache = (
+            dense_tokens,
+            dense_logits,
+            decode_cache,
+        )
+        self._packed, self.chat_template_applied, self.prefill_ms = None, chat_template_applied, prefill_ms
+
+    def _mean_window_attention(self, schedule: str, window: int) -> list[np.ndarray | None]:
+        """Per layer [H_kv, T]: the last `window` queries' attention, mean over queries and GQA group."""
+        key = (schedule, window)
+        if key in self._window_attention:
+            return self._window_attention[key]
         out = []
         for obs in self._observed(schedule).observations:
             if obs is None:
                 out.append(None)
                 continue
-            w = min(STATS_WINDOW, obs.n_tokens)
-            attn = window_attention(obs, w).mean(axis=1)
+            attn = window_attention(obs, min(window, obs.n_tokens)).mean(axis=1)
             out.append(attn.reshape(obs.n_kv_heads, obs.group, -1).mean(axis=1))
         mx.eval([a for a in out if a is not None])
-        self._window_attention[schedule] = [None if a is None else np.array(a) for a in out]
-        return self._window_attention[schedule]
+        self._window_attention[key] = [None if a is None else np.array(a) for a in out]
+        return self._window_attention[key]
 
     def extend(self, n: int, should_cancel: CancelCheck = None) -> list[int]:
         """Continue the dense greedy continuation by `n` tokens and refresh both schedules' reference logits.
@@ -316,7 +348,11 @@ class Session:
             cache = caches.copy_cache(self._dense_decode_cache)
             new = self._greedy(cache, self.dense_tokens[-1], n, should_cancel)
         tokens = [*self.dense_tokens, *new]
-        references = {s: self._reference_logits(self._observed(s).cache, s, tokens) for s in SCHEDULES}
+        references = {}
+        for schedule in SCHEDULES:  # one teacher-forced pass each: a cancel between them changes nothing
+            if should_cancel is not None and should_cancel():
+                raise Cancelled(f"reference logits cancelled before the {schedule!r} schedule's pass")
+            references[schedule] = self._reference_logits(self._observed(schedule).cache, schedule, tokens)
         self._dense_decode_cache, self.dense_tokens, self._dense_logits = cache, tokens, references
         return new
 
@@ -477,26 +513,25 @@ class Session:
             for h in range(H):
                 p = pos[h][valid[h]]
                 err[layer, h, p] = 0.5 * (ek[h][valid[h]] + ev[h][valid[h]])
-            ek_sq = np.where(valid, ek**2, 0).sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
-            ev_sq = np.where(valid, ev**2, 0).sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
-            per_layer.append((np.sqrt(ek_sq), np.sqrt(ev_sq)))
+            per_layer.append((metrics.pooled_rmse(ek, valid), metrics.pooled_rmse(ev, valid)))
         return err, per_layer
 
     def _stats_rows(self, state: CompressedState) -> list[dict]:
         """One row per (layer, kv-head) with the CSV columns of kvcore.export.STATS_COLUMNS."""
         cfg, T = state.config, state.kept.shape[2]
         observed = self._observed(cfg.schedule)
-        window_attention = self._mean_window_attention(cfg.schedule)
+        window_attention = self._mean_window_attention(cfg.schedule, cfg.window)
         rows = []
         rmse = state.quant_rmse
+        n_heads = state.kept.shape[1]
         for layer, (dense, comp) in enumerate(zip(observed.cache, state.cache, strict=True)):
-            n_heads = state.kept.shape[1]
             dense_head = caches.cache_tensor_bytes([dense]) // n_heads
             comp_head = caches.cache_tensor_bytes([comp]) // n_heads
+            kept = [np.flatnonzero(state.kept[layer, h]) for h in range(n_heads)]
             attn = window_attention[layer]
-            for h in range(n_heads):
-                kept_pos = np.flatnonzero(state.kept[layer, h])
-                mass = float(attn[h, kept_pos].sum()) if attn is not None else float("nan")
+            masses = metrics.attention_mass_kept(attn, kept) if attn is not None else np.full(n_heads, np.nan)
+            for h, kept_pos in enumerate(kept):
+                mass = float(masses[h])
                 k_rmse = v_rmse = 0.0
                 if rmse is not None and rmse[layer] is not None:
                     k_rmse, v_rmse = float(rmse[layer][0][h]), float(rmse[layer][1][h])
@@ -505,7 +540,7 @@ class Session:
                         "method": cfg.method,
                         "schedule": cfg.schedule,
                         "retention_ratio": cfg.ratio,
-                        "bits": cfg.bits or 16,
+                        "bits": cfg.bits or UNQUANTIZED_BITS,
                         "group_size": cfg.group_size if cfg.bits else "",
                         "layer": layer,
                         "kv_head": h,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvcore.defaults import ALLOWED_GROUP_SIZES, UNQUANTIZED_BITS
+from kvcore.defaults import ALLOWED_GROUP_SIZES, DEFAULT_GROUP_SIZE, UNQUANTIZED_BITS
 from kvcore.export import SUMMARY_COLUMNS
 from kvcore.session import Cancelled, CompressionConfig, Session
 
@@ -104,7 +104,7 @@ def grid(
     methods: Sequence[str],
     ratios: Sequence[float],
     bits: Sequence[int | None],
-    group_size: int = 64,
+    group_size: int = DEFAULT_GROUP_SIZE,
     base: CompressionConfig | None = None,
 ) -> list[CompressionConfig]:
     """Every (method, ratio, bits) at `group_size`, method order outermost; bits 16 or None = unquantized.

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 from kvcore.defaults import (
     ALLOWED_BITS,
     ALLOWED_GROUP_SIZES,
-    DEFAULT_SCHEDULE,
+    DEFAULT_CONFIG,
     SCHEDULE_HELP,
     SCHEDULES,
     UNQUANTIZED_BITS,
@@ -28,17 +28,7 @@ from kvcore.defaults import (
 DEFAULT_METHODS = ["full", "streaming_llm", "snapkv", "h2o", "tova", "knorm", "random", "pyramidkv", "adakv"]
 BITS_STEPS = (*ALLOWED_BITS, UNQUANTIZED_BITS)
 GROUP_SIZES = ALLOWED_GROUP_SIZES
-DEFAULTS: dict[str, Any] = {
-    "method": "snapkv",
-    "ratio": 0.25,
-    "bits": None,
-    "group_size": 64,
-    "per_head": True,
-    "window": 64,
-    "n_sink": 4,
-    "kernel": 5,
-    "schedule": DEFAULT_SCHEDULE,
-}
+DEFAULTS: dict[str, Any] = dict(DEFAULT_CONFIG)
 # Which method parameter each method reads; the others are disabled with a tooltip.
 _USES = {
     "window": {"snapkv", "pyramidkv", "adakv"},

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QListWidget, QPush
 
 from app.pinning import config_label
 from app.widgets.plot_export import export_graphics
+from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.frontier import DEFAULT_METRIC, METRICS, metric_value, pareto_front
 from kvcore.sweep import SweepPoint
 
@@ -256,7 +257,7 @@ class FrontierPlot(QWidget):
         plotted_y = np.maximum(ys, LOG_FLOOR) if metric.log else ys
         groups: dict[tuple[str, int], list[int]] = {}
         for i, p in enumerate(self._points):
-            groups.setdefault((p.config.method, p.config.bits or 16), []).append(i)
+            groups.setdefault((p.config.method, p.config.bits or UNQUANTIZED_BITS), []).append(i)
         methods = list(dict.fromkeys(p.config.method for p in self._points))
         for (method, bits), idx in groups.items():
             idx.sort(key=lambda i: self._points[i].config.ratio)

@@ -24,21 +24,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvcore.defaults import DEFAULT_CONTINUATION_TOKENS
+from kvcore.loading import hf_cache_dir
 from kvcore.samples import sample_prompts
 
 OPEN_FOLDER = "Open folder…"
 PROMPT_TOKEN_COLOUR = QColor(130, 130, 130)
 HOVER_BACKGROUND = QColor(0, 200, 255, 90)
 _KIND_ROLE = Qt.ItemDataRole.UserRole + 1  # "demo", "recent", "cache" or "open"
-
-
-def hf_cache_dir() -> Path:
-    """The local Hugging Face hub cache (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]) / "hub"
-    return Path.home() / ".cache" / "huggingface" / "hub"
 
 
 def find_cached_models(cache: Path | None = None) -> list[tuple[str, Path]]:
@@ -168,7 +161,7 @@ class SessionPanel(QWidget):
         self.generateButton = QPushButton("Generate", objectName="generateButton")
         self.generateCountSpin = QSpinBox(objectName="generateCountSpin")
         self.generateCountSpin.setRange(1, 4096)
-        self.generateCountSpin.setValue(32)
+        self.generateCountSpin.setValue(DEFAULT_CONTINUATION_TOKENS)
         self.busyIndicator = QProgressBar(objectName="busyIndicator")
         self.busyIndicator.setRange(0, 0)
         self.busyIndicator.setTextVisible(False)

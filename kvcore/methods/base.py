@@ -14,16 +14,17 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.capture import LayerObservation
+from kvcore.defaults import DEFAULT_KERNEL, DEFAULT_N_SINK, DEFAULT_SEED, DEFAULT_WINDOW
 
 
 @dataclass(frozen=True)
 class MethodParams:
     """Hyper-parameters with the literature's defaults; validated on creation."""
 
-    window: int = 64  # snapkv / pyramidkv observation window (queries)
-    kernel: int = 5  # snapkv average-pooling kernel (odd)
-    n_sink: int = 4  # streaming_llm attention sinks
-    seed: int = 0  # random
+    window: int = DEFAULT_WINDOW  # snapkv / pyramidkv observation window (queries)
+    kernel: int = DEFAULT_KERNEL  # snapkv average-pooling kernel (odd)
+    n_sink: int = DEFAULT_N_SINK  # streaming_llm attention sinks
+    seed: int = DEFAULT_SEED  # random
     beta: int = 20  # pyramidkv steepness
     alpha: float = 0.2  # adakv per-head safeguard share
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.probes.base import Probe, recalls
 
 #: Columns of `kvlens probe --csv` (and of the app's needle grid export), in this order.
@@ -94,7 +95,7 @@ def config_rows(
                 method=cfg.method,
                 schedule=cfg.schedule,
                 retention_ratio=cfg.ratio,
-                bits=cfg.bits or 16,
+                bits=cfg.bits or UNQUANTIZED_BITS,
                 group_size=cfg.group_size,
                 per_head=cfg.per_head,
                 compression_ratio=state.bytes_compressed / state.bytes_dense if state.bytes_dense else 1.0,

@@ -1,4 +1,4 @@
-"""Budgets: n = round(r·T), the PyramidKV formula and its fallback, AdaKV's fixed layer total."""
+"""Budgets: n = round(r·T), the PyramidKV pyramid and its fallback, AdaKV's fixed layer total."""
 
 import math
 
@@ -23,19 +23,33 @@ def test_ratio_outside_unit_interval_is_refused(ratio):
 
 
 @pytest.mark.parametrize(
-    ("n_tokens", "ratio", "n_layers", "window"), [(4096, 0.5, 16, 64), (1000, 0.3, 5, 8)]
+    ("n_tokens", "ratio", "n_layers", "window"), [(4096, 0.5, 16, 64), (1000, 0.3, 5, 8), (3000, 0.3, 28, 32)]
 )
-def test_pyramidkv_counts_follow_the_formula(n_tokens, ratio, n_layers, window):
-    n = round(ratio * n_tokens)
-    c = window + n
-    low = (c - window) / 20
-    high = 2 * (c - window) - low
-    step = (high - low) / (n_layers - 1)
+def test_pyramidkv_counts_are_a_pyramid_that_averages_n(n_tokens, ratio, n_layers, window):
+    """The paper's shape, not its formula: lower layers keep more, in equal steps (up to rounding), the
+    top layer keeps 1/beta of n, and the model-wide total is the uniform rule's."""
+    n = budgets.n_kept(n_tokens, ratio)
     got = budgets.pyramidkv(n_tokens, ratio, n_layers, window)
     assert got.fallback is None
-    assert got.counts == [math.floor(high - layer * step + 0.5) for layer in range(n_layers)]
-    assert got.counts[0] > got.counts[-1] >= window
-    assert abs(sum(got.counts) - n_layers * n) <= n_layers
+    steps = np.diff(got.counts)
+    assert (steps < 0).all() and steps.max() - steps.min() <= 1
+    assert abs(got.counts[-1] - n / 20) <= 0.5
+    assert abs(sum(got.counts) - n_layers * n) <= n_layers / 2
+    assert window <= got.counts[-1] and got.counts[0] <= n_tokens
+
+
+@pytest.mark.parametrize(
+    ("n_tokens", "ratio", "n_layers", "window", "beta", "counts"),
+    [
+        # by hand: n = 400, min = n/beta = 20, max = 2n - min = 780, step (780 - 20)/4 = 190
+        (1000, 0.4, 5, 8, 20, [780, 590, 400, 210, 20]),
+        # n = 100, min = 10, max = 190, step 60
+        (200, 0.5, 4, 4, 10, [190, 130, 70, 10]),
+    ],
+)
+def test_pyramidkv_counts_hand_computed(n_tokens, ratio, n_layers, window, beta, counts):
+    got = budgets.pyramidkv(n_tokens, ratio, n_layers, window, beta=beta)
+    assert (got.counts, got.fallback) == (counts, None)
 
 
 @pytest.mark.parametrize(

@@ -57,17 +57,18 @@ def test_failed_write_leaves_old_file_and_no_temp(tmp_path):
 
 
 def test_crash_mid_write_keeps_old_file(tmp_path):
-    from kvcore.atomic import write_with
+    from kvcore.atomic import write_stream
 
     path = tmp_path / "out.csv"
     path.write_text("old")
 
-    def half_then_crash(tmp):
-        tmp.write_text("half a fi")
+    def half_then_crash(fh):
+        fh.write(b"half a fi")
+        fh.flush()
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        write_with(path, half_then_crash)
+        write_stream(path, half_then_crash)
     assert path.read_text() == "old"
     assert os.listdir(tmp_path) == ["out.csv"]
 

@@ -28,6 +28,25 @@ def test_finds_model_in_hf_cache(model_dirs, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"HF_HUB_CACHE": "a", "HUGGINGFACE_HUB_CACHE": "b", "HF_HOME": "c"}, "a"),
+        ({"HF_HUB_CACHE": "", "HUGGINGFACE_HUB_CACHE": "b", "HF_HOME": "c"}, "b"),
+        ({"HF_HOME": "c", "XDG_CACHE_HOME": "x"}, "c/hub"),
+        ({"HF_HOME": "", "XDG_CACHE_HOME": "x"}, "x/huggingface/hub"),
+        ({}, "home/.cache/huggingface/hub"),
+    ],
+)
+def test_hf_cache_dir_follows_huggingface_hub_precedence(env, expected, tmp_path, monkeypatch):
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(tmp_path / value) if value else "")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert hf_cache_dir() == tmp_path / expected
+
+
+@pytest.mark.parametrize(
     "make, message",
     [
         (lambda p: p, "not a model folder"),

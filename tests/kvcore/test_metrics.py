@@ -11,7 +11,7 @@ from kvcore.metrics import (
     kept_jaccard,
     log_softmax,
     per_step,
-    rmse_per_head,
+    pooled_rmse,
     teacher_forced,
     top_k,
 )
@@ -58,14 +58,20 @@ def test_first_divergence():
     assert first_divergence([4], [5]) == 0
 
 
-def test_attention_mass_and_rmse():
+def test_attention_mass_kept():
     attn = np.array([[0.5, 0.25, 0.25], [0.1, 0.1, 0.8]])
     mass = attention_mass_kept(attn, [np.array([0, 2, 7]), np.array([2])])
     np.testing.assert_allclose(mass, [0.75, 0.8])
-    a = np.zeros((2, 4, 3))
-    b = a.copy()
-    b[1] += 2.0
-    np.testing.assert_allclose(rmse_per_head(a, b), [0.0, 2.0])
+
+
+def test_pooled_rmse_equals_the_rmse_over_the_valid_rows():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(3, 6, 8)), rng.normal(size=(3, 6, 8))
+    valid = np.array([[True] * 6, [True, False, True, True, False, False], [False] * 6])
+    rows = np.sqrt(((a - b) ** 2).mean(axis=-1))
+    rows[~valid] = 99.0  # padding rows carry garbage; it must not count
+    direct = [np.sqrt(((a[h, valid[h]] - b[h, valid[h]]) ** 2).mean()) for h in range(2)]
+    np.testing.assert_allclose(pooled_rmse(rows, valid), [*direct, 0.0])
 
 
 def test_top_k_is_the_softmax_top_k_by_brute_force():

@@ -1,27 +1,23 @@
-"""pyramidkv: snapkv scores with the DESIGN.md per-layer counts, against brute force."""
+"""pyramidkv: snapkv scores kept at the per-layer counts of `budgets.pyramidkv`, against brute force.
+
+The counts themselves are checked in test_budgets.py (properties and hand-computed numbers); here the method
+must keep, layer by layer, exactly what snapkv's brute force keeps at that layer's count.
+"""
 
 import numpy as np
 
-from kvcore import selection
+from kvcore import budgets, selection
 from kvcore.methods import MethodParams
-from tests.kvcore.methods.helpers import n_kept, observation, random_qk
+from tests.kvcore.methods.helpers import observation, random_qk
 from tests.kvcore.methods.test_snapkv import snapkv_oracle
-
-
-def pyramid_counts(n_tokens, ratio, n_layers, window, beta=20):
-    n = n_kept(n_tokens, ratio)
-    c = window + n
-    low = (c - window) / beta
-    high = 2 * (c - window) - low
-    step = (high - low) / (n_layers - 1)
-    return [int(np.floor(high - layer * step + 0.5)) for layer in range(n_layers)]
 
 
 def test_pyramidkv_matches_bruteforce_when_feasible():
     data = [random_qk(20 + layer, 160, 2, 2, 8) for layer in range(4)]
     ranking = selection.rank([observation(q, k) for q, k in data], "pyramidkv", MethodParams(window=4))
-    counts = pyramid_counts(160, 0.5, 4, window=4)
-    assert counts[0] > counts[-1] and abs(sum(counts) - 4 * 80) <= 2
+    budget = budgets.pyramidkv(160, 0.5, 4, window=4)
+    counts = budget.counts
+    assert budget.fallback is None and counts[0] > counts[-1]  # a real pyramid, not the uniform fallback
     kept = selection.select(ranking, 0.5)
     for layer, (q, k) in enumerate(data):
         np.testing.assert_array_equal(kept[layer], snapkv_oracle(q, k, counts[layer], window=4))
