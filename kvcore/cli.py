@@ -382,8 +382,10 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
     from kvcore.sweep import summary_row
 
     state = session.compress(cfg)
+    if state.budget_note:
+        print(f"kvlens: note: {state.budget_note}", file=sys.stderr)
     regen = session.regenerate(state)
-    summary = summary_row(regen.metrics)
+    summary = {**summary_row(regen.metrics), "budget_note": state.budget_note}
     if args.csv is not None:
         write_csv(args.csv, state.stats_rows, STATS_COLUMNS)
     if args.positions is not None:

@@ -29,6 +29,7 @@ STATS_COLUMNS: tuple[str, ...] = (
     "attention_mass_kept",
     "key_rmse",
     "value_rmse",
+    "budget_note",  # why pyramidkv fell back to uniform counts at this setting; empty when it did not
 )
 
 #: The columns of STATS_COLUMNS that name the setting (all before "layer"): what a pin records.
