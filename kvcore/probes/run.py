@@ -19,6 +19,7 @@ PROBE_COLUMNS: tuple[str, ...] = (
     "schedule",
     "retention_ratio",
     "bits",
+    "value_bits",
     "group_size",
     "per_head",
     "recalled",
@@ -26,6 +27,10 @@ PROBE_COLUMNS: tuple[str, ...] = (
     "continuation",
     "compression_ratio",
 )
+
+#: `kvlens probe --prompts`: which prompt (file name or JSONL id), then the probe columns (family, seed, depth and
+#: n_tokens empty: the prompt is the user's, not generated).
+PROMPT_PROBE_COLUMNS: tuple[str, ...] = ("prompt", *PROBE_COLUMNS)
 
 #: The `method` of the row that uses the dense cache (the baseline every probe is also scored on).
 DENSE = "dense"
@@ -69,6 +74,7 @@ def dense_row(session: Any, probe: Probe) -> dict[str, Any]:
         schedule="",
         retention_ratio=1.0,
         bits=16,
+        value_bits=16,
         group_size="",
         per_head="",
         compression_ratio=1.0,
@@ -92,6 +98,7 @@ def config_rows(
                 schedule=cfg.schedule,
                 retention_ratio=cfg.ratio,
                 bits=cfg.bits or UNQUANTIZED_BITS,
+                value_bits=cfg.packed_value_bits or UNQUANTIZED_BITS,
                 group_size=cfg.group_size,
                 per_head=cfg.per_head,
                 compression_ratio=state.bytes_compressed / state.bytes_dense if state.bytes_dense else 1.0,
