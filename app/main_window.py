@@ -361,6 +361,9 @@ class MainWindow(QMainWindow):
         self.comparison.set_steps(view.token_steps)
         self.status.set_timing("recompress", view.metrics.get("recompress_ms"))
         self.status.set_timing("regenerate", view.metrics.get("regenerate_ms"))
+        self.controls.set_budget_note(view.budget_note)
+        if view.budget_note:
+            self.status.warn(view.budget_note)
         if view.not_compressible:
             layers = ", ".join(str(i) for i in view.not_compressible)
             kinds = sorted(set(view.not_compressible_labels.values())) or ["sliding window or state"]

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QToolBar
 
 from app.view_model import CompressionView
 from app.widgets.heatmap import VIEW_DIFF
+from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.export import CONFIG_COLUMNS, stats_columns
 from kvcore.metrics import kept_jaccard
 
@@ -33,7 +34,11 @@ def _keys(shortcut: str) -> str:
 def config_label(config: dict[str, Any]) -> str:
     """A configuration in a few words, e.g. 'snapkv 25 % · 4-bit g64'."""
     bits = config.get("bits")
-    quant = "16-bit" if bits in (None, 16) else f"{bits}-bit g{config.get('group_size')}"
+    quant = (
+        f"{UNQUANTIZED_BITS}-bit"
+        if bits in (None, UNQUANTIZED_BITS)
+        else f"{bits}-bit g{config.get('group_size')}"
+    )
     shared = "" if config.get("per_head", True) else " · shared"
     return f"{config['method']} {100 * config['ratio']:.0f} % · {quant}{shared}"
 

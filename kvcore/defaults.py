@@ -69,3 +69,8 @@ DEFAULT_PROBE_METHODS: tuple[str, ...] = ("snapkv", "adakv", "streaming_llm", "r
 DEFAULT_PROBE_RATIOS: tuple[float, ...] = (0.25, 0.5)
 DEFAULT_PROBE_DEPTHS: tuple[float, ...] = (0.1, 0.5, 0.9)
 DEFAULT_PROBE_LENGTHS: tuple[int, ...] = (800, 1600)
+
+#: Prompt-set summaries: a percentile bootstrap over prompts, seeded so the same rows give the same interval.
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+CONFIDENCE = 0.95

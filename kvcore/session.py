@@ -48,7 +48,7 @@ from kvcore.defaults import (
 )
 from kvcore.methods import MethodParams, available
 from kvcore.methods.base import window_attention
-from kvcore.selection import Ranking, rank, select
+from kvcore.selection import Ranking, budget_note, rank, select
 
 Progress = Callable[[int, int], None] | None
 CancelCheck = Callable[[], bool] | None
@@ -133,6 +133,8 @@ class CompressedState:
     #: Layers stored whole (sliding window, SSM state) -> a label such as "sliding window 32: not compressible"
     not_compressible: dict[int, str] = field(default_factory=dict)
     bytes_not_compressible: int = 0  # their steady-state bytes, the same in bytes_dense and bytes_compressed
+    #: Why the method's budget rule fell back to uniform counts (pyramidkv), or None (kvcore.selection.budget_note)
+    budget_note: str | None = None
 
     @property
     def compressible_ratio(self) -> float:
@@ -441,6 +443,7 @@ class Session:
             recompress_ms=recompress_ms,
             not_compressible=fixed,
             bytes_not_compressible=caches.cache_tensor_bytes([observed.cache[i] for i in fixed]),
+            budget_note=budget_note(ranking, config.ratio),
         )
         if config.bits is not None:
             state.quant_error, state.quant_rmse = self._quant_error(state)
@@ -552,6 +555,7 @@ class Session:
                         "attention_mass_kept": mass,
                         "key_rmse": k_rmse,
                         "value_rmse": v_rmse,
+                        "budget_note": state.budget_note or "",
                     }
                 )
         return rows
