@@ -154,3 +154,18 @@ def test_separate_kv_reveals_a_value_slider_and_emits_value_bits(controls, qtbot
     assert not controls.splitBitsCheck.isChecked() and controls.valueBitsRow.isHidden()
     with pytest.raises(ValueError, match="value_bits"):
         controls.set_config({"bits": 8, "value_bits": 7})
+
+
+def test_adakv_after_tova_selects_per_head(controls):
+    """tova forces shared selection; adakv after it used to keep per_head off and every compress failed
+    ("adakv needs per-head selection"), found by the random-actions test."""
+    from kvcore.session import CompressionConfig
+
+    controls.set_config({"method": "tova"})
+    assert controls.config()["per_head"] is False
+    controls.methodCombo.setCurrentIndex(controls.methodCombo.findText("adakv"))
+    assert controls.config()["per_head"] is True and not controls.perHeadCheck.isEnabled()
+    assert "adakv" in controls.perHeadCheck.toolTip()
+    assert CompressionConfig.from_dict(controls.config()).per_head
+    controls.set_config({"method": "snapkv"})
+    assert controls.perHeadCheck.isEnabled()
