@@ -20,6 +20,7 @@ from app.engine_thread import EngineThread, JobFailure, JobResult
 from app.needles import NeedleController
 from app.pinning import PinController
 from app.plot_exports import ask_image_path, export_plot, export_rows
+from app.session_files import OPEN, SAVE, SessionFiles
 from app.settings import Settings
 from app.sweeping import SweepController
 from app.view_model import CompressionView, LoadedModel, SequenceView
@@ -42,6 +43,8 @@ LONG_KINDS = {
     "extend": "Generating",
     "sweep": "Sweeping",
     "needles": "Running the needle grid",
+    OPEN: "Opening the session",
+    SAVE: "Saving the session",
 }
 
 
@@ -93,6 +96,7 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self.sweeping = SweepController(self)
         self.needles = NeedleController(self)
+        self.session_files = SessionFiles(self)
         self.actions_ = build_menus(self)
         self.pinning = PinController(self)
         self._guard = ArrowKeyGuard(self)
@@ -288,6 +292,8 @@ class MainWindow(QMainWindow):
             self.sweeping.on_finished(result)
         elif result.kind == "needles":
             self.needles.on_finished(result)
+        elif result.kind in (OPEN, SAVE):
+            self.session_files.on_finished(result)
 
     def _show_loaded(self, loaded: LoadedModel) -> None:
         info = loaded.info
@@ -355,6 +361,9 @@ class MainWindow(QMainWindow):
         self.comparison.set_steps(view.token_steps)
         self.status.set_timing("recompress", view.metrics.get("recompress_ms"))
         self.status.set_timing("regenerate", view.metrics.get("regenerate_ms"))
+        self.controls.set_budget_note(view.budget_note)
+        if view.budget_note:
+            self.status.warn(view.budget_note)
         if view.not_compressible:
             layers = ", ".join(str(i) for i in view.not_compressible)
             kinds = sorted(set(view.not_compressible_labels.values())) or ["sliding window or state"]
@@ -370,6 +379,9 @@ class MainWindow(QMainWindow):
             return
         if failure.kind == "needles":
             self.needles.on_failed(failure)
+            return
+        if failure.kind in (OPEN, SAVE):
+            self.session_files.on_failed(failure)
             return
         if failure.cancelled:
             self.status.show(f"{failure.kind.capitalize()} cancelled.")

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QToolBar
 
 from app.view_model import CompressionView
 from app.widgets.heatmap import VIEW_DIFF
+from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.export import CONFIG_COLUMNS, stats_columns
 from kvcore.metrics import kept_jaccard
 
@@ -33,7 +34,11 @@ def _keys(shortcut: str) -> str:
 def config_label(config: dict[str, Any]) -> str:
     """A configuration in a few words, e.g. 'snapkv 25 % · 4-bit g64'."""
     bits = config.get("bits")
-    quant = "16-bit" if bits in (None, 16) else f"{bits}-bit g{config.get('group_size')}"
+    quant = (
+        f"{UNQUANTIZED_BITS}-bit"
+        if bits in (None, UNQUANTIZED_BITS)
+        else f"{bits}-bit g{config.get('group_size')}"
+    )
     shared = "" if config.get("per_head", True) else " · shared"
     return f"{config['method']} {100 * config['ratio']:.0f} % · {quant}{shared}"
 
@@ -122,6 +127,15 @@ class PinController:
             f"every setting with it ({_keys(UNPIN_SHORTCUT)} unpins)."
         )
         return True
+
+    def restore(self, pin: Pin) -> None:
+        """Pin `pin` again (a session file kept it) over the view on screen, as `pin` would."""
+        view = self._current
+        if view is None or pin.kept.shape != (view.n_layers, view.n_kv_heads, pin.kept.shape[2]):
+            return
+        self.pin_state = pin
+        self.window.heatmap.set_pinned(pin.kept.reshape(view.n_layers * view.n_kv_heads, -1), pin.label)
+        self.window.statsTable.set_rows(*self.on_compression(view))
 
     def unpin(self) -> None:
         """Forget B; the Diff view and the pinned columns go away."""

@@ -75,6 +75,7 @@ class CompressionView:
     not_compressible_labels: dict[int, str] = field(default_factory=dict)  # e.g. "sliding window 32: not …"
     request_id: int = 0
     token_steps: TokenSteps | None = None  # per generated token; None when not regenerated
+    budget_note: str | None = None  # why the budget rule fell back to uniform counts (pyramidkv), else None
 
 
 def rows_of(per_layer: np.ndarray) -> np.ndarray:
@@ -177,4 +178,5 @@ def compression_view(session: Session, state: CompressedState, regen: Regenerati
         not_compressible=not_compressible,
         not_compressible_labels=dict(state.not_compressible),
         token_steps=None if regen is None else token_steps(session, regen),
+        budget_note=state.budget_note,
     )

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.session_files import OPEN_SHORTCUT, SAVE_SHORTCUT
 from app.widgets.stats_table import StatsTable
 from kvcore import __version__
 
@@ -102,6 +103,8 @@ class WindowActions:
     """The menu actions, so tests and the window can trigger or inspect them."""
 
     open_model: QAction
+    open_session: QAction
+    save_session: QAction
     recent_menu: QMenu
     export_csv: QAction
     export_image: QAction
@@ -137,11 +140,19 @@ def build_menus(window: MainWindow) -> WindowActions:
     """File, Session, View and Help menus with the shortcuts a Mac user expects (Ctrl is Cmd there)."""
     bar = window.menuBar()
     file_menu = bar.addMenu("&File")
-    open_model = _action(
-        window, "&Open Model Folder…", window.open_model_dialog, QKeySequence.StandardKey.Open
-    )
+    open_model = _action(window, "&Open Model Folder…", window.open_model_dialog, "Ctrl+Shift+O")
     file_menu.addAction(open_model)
     recent_menu = file_menu.addMenu("Open &Recent")
+    file_menu.addSeparator()
+    files = window.session_files
+    open_session = _action(
+        window, "Open &Session…", files.open_dialog, OPEN_SHORTCUT, "Open a saved prefill: no new prefill"
+    )
+    save_session = _action(
+        window, "&Save Session…", files.save_dialog, SAVE_SHORTCUT, "Keep this prefill and view in a file"
+    )
+    file_menu.addAction(open_session)
+    file_menu.addAction(save_session)
     file_menu.addSeparator()
     export_csv = _action(
         window, "Export &CSV…", window.export_csv_dialog, "Ctrl+E", "Save the statistics table"
@@ -191,6 +202,8 @@ def build_menus(window: MainWindow) -> WindowActions:
 
     actions = WindowActions(
         open_model,
+        open_session,
+        save_session,
         recent_menu,
         export_csv,
         export_image,

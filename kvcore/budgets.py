@@ -40,25 +40,37 @@ class PyramidBudget:
 def pyramidkv(
     n_tokens: int, ratio: float, n_layers: int, window: int = DEFAULT_WINDOW, beta: float = 20
 ) -> PyramidBudget:
-    """PyramidKV: layer l keeps max - l·step, min = (C - w)/beta, max = 2(C - w) - min, C = w + n.
+    """PyramidKV's per-layer budgets as the authors' code (KVCache-Factory) and kvpress compute them.
 
-    The budgets average n, so the model-wide total matches the uniform rule. Infeasible (-> uniform) when the
-    lowest layer would need more than T positions, or the top layer could not hold its always-kept window
-    (kvpress's condition T >= max >= min >= w), or there is a single layer.
+    With C - w = r·T (unrounded, as kvpress): min = (C - w)/beta, max = 2(C - w) - min; when max reaches T - w
+    the pyramid is capped (max = T - w, min = 2(C - w) - max) so the lowest layer never needs more than the
+    prompt outside the window. Layer l keeps round(max - l·(max - min)/(L - 1)); the budgets average r·T, so the
+    model-wide total matches the uniform rule. Without the cap the rule is infeasible at every r >= ~0.5 and
+    pyramidkv silently becomes snapkv. Infeasible (-> uniform n, with the reason) only when
+    T >= max >= min >= w fails, or there is a single layer.
     """
     if window < 1:
         raise ValueError(f"window must be an integer >= 1, got {window!r}")
     n = n_kept(n_tokens, ratio)
-    w = min(window, n_tokens)
-    low = n / beta
-    high = 2 * n - low
     if n_layers < 2:
         return PyramidBudget([n] * n_layers, "a single layer has no pyramid")
+    w = min(window, n_tokens)
+    budget = check_ratio(ratio) * n_tokens  # C - w
+    low = budget / beta
+    high = 2 * budget - low
+    capped = high >= n_tokens - w
+    if capped:
+        high = n_tokens - w
+        low = 2 * budget - high
     if not n_tokens >= high >= low >= w:
-        why = f"pyramid needs T >= max >= min >= window: T={n_tokens}, max={high:g}, min={low:g}, window={w}"
+        cap = f" (capped at T - window = {n_tokens - w})" if capped else ""
+        why = (
+            f"pyramid needs T >= max >= min >= window: T={n_tokens}, max={high:g}{cap}, min={low:g}, "
+            f"window={w}; every layer keeps the uniform {n}"
+        )
         return PyramidBudget([n] * n_layers, why)
     step = (high - low) / (n_layers - 1)
-    return PyramidBudget([math.floor(high - layer * step + 0.5) for layer in range(n_layers)], None)
+    return PyramidBudget([round(high - layer * step) for layer in range(n_layers)], None)
 
 
 def adakv_counts(

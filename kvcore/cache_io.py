@@ -22,8 +22,9 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
+from kvcore import cache_checks
 from kvcore.atomic import write_stream
-from kvcore.caches import SparseKVCache, SparseQuantizedKVCache, validate_quantization
+from kvcore.caches import SparseKVCache, SparseQuantizedKVCache
 
 FORMAT = "kvlens-cache"
 VERSION = 1
@@ -68,13 +69,10 @@ def _digest(header: dict[str, Any], arrays: dict[str, mx.array]) -> str:
     return h.hexdigest()
 
 
-def save_cache(path: str | os.PathLike, cache: Sequence[Any], metadata: dict | None = None) -> None:
-    """Write `cache` (any mix of KVCache, QuantizedKVCache, SparseKVCache, SparseQuantizedKVCache) atomically.
-
-    `metadata` must be JSON-serializable; it comes back from `load_cache`. Other layer classes (rotating window,
-    SSM state) are refused with a ValueError rather than saved in a form that could not be restored faithfully.
-    """
-    path = Path(path)
+def layer_arrays(
+    cache: Sequence[Any], path: Path, prefix: str = ""
+) -> tuple[dict[str, mx.array], list[dict]]:
+    """Arrays named `<prefix><layer>.<field>` and each layer's JSON; a layer class we cannot restore is refused."""
     arrays: dict[str, mx.array] = {}
     layers = []
     for i, layer in enumerate(cache):
@@ -83,19 +81,36 @@ def save_cache(path: str | os.PathLike, cache: Sequence[Any], metadata: dict | N
                 f"{path}: layer {i} is a {type(layer).__name__}; only {sorted(_CLASSES)} layers can be saved"
             )
         fields, info = _fields(layer)
-        arrays.update({f"{i}.{k}": v for k, v in fields.items()})
+        arrays.update({f"{prefix}{i}.{k}": v for k, v in fields.items()})
         layers.append(info)
-    header = {"format": FORMAT, "version": VERSION, "layers": layers, "metadata": metadata or {}}
+    return arrays, layers
+
+
+def write_file(path: Path, arrays: dict[str, mx.array], header: dict[str, Any]) -> None:
+    """Write arrays plus `header` (JSON, sealed with the digest) as one safetensors file, atomically."""
     try:
         json.dumps(header)
     except TypeError as e:
         raise ValueError(f"{path}: metadata must be JSON-serializable ({e})") from e
     mx.eval(list(arrays.values()))
-    header["sha256"] = _digest(header, arrays)
+    header = {**header, "sha256": _digest(header, arrays)}
     write_stream(path, lambda fh: mx.save_safetensors(fh, arrays, {_KEY: json.dumps(header, sort_keys=True)}))
 
 
-def _read_header(path: Path) -> dict[str, Any]:
+def save_cache(path: str | os.PathLike, cache: Sequence[Any], metadata: dict | None = None) -> None:
+    """Write `cache` (any mix of KVCache, QuantizedKVCache, SparseKVCache, SparseQuantizedKVCache) atomically.
+
+    `metadata` must be JSON-serializable; it comes back from `load_cache`. Other layer classes (rotating window,
+    SSM state) are refused with a ValueError rather than saved in a form that could not be restored faithfully.
+    """
+    path = Path(path)
+    arrays, layers = layer_arrays(cache, path)
+    write_file(
+        path, arrays, {"format": FORMAT, "version": VERSION, "layers": layers, "metadata": metadata or {}}
+    )
+
+
+def _read_header(path: Path, fmt: str = FORMAT, version: int = VERSION) -> dict[str, Any]:
     """The kvlens JSON of a safetensors file, after checking the file is complete."""
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -130,25 +145,30 @@ def _read_header(path: Path) -> dict[str, Any]:
         header = json.loads(meta[_KEY])
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: corrupt KV Lens metadata ({e})") from e
-    if header.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {header.get('format')!r}, expected {FORMAT!r}")
-    if header.get("version") != VERSION:
+    if not isinstance(header, dict) or header.get("format") != fmt:
+        found = header.get("format") if isinstance(header, dict) else header
+        raise ValueError(f"{path}: format {found!r}, expected {fmt!r}")
+    if header.get("version") != version:
         raise ValueError(
-            f"{path}: format version {header.get('version')!r}; this KV Lens reads version {VERSION}"
+            f"{path}: format version {header.get('version')!r}; this KV Lens reads version {version}"
         )
     return header
 
 
-def _build(info: dict[str, Any], arrays: dict[str, mx.array], where: str) -> Any:
+def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
+    """One layer from its checked fields (kvcore.cache_checks): nonsense is refused before any object exists."""
+    cache_checks.check_header_layer(info, where)
     cls = _CLASSES.get(info.get("class"))
     if cls is None:
         raise ValueError(f"{where}: unknown cache class {info.get('class')!r}; allowed {sorted(_CLASSES)}")
     quantized = cls in (QuantizedKVCache, SparseQuantizedKVCache)
-    if quantized:
-        validate_quantization(info["bits"], info["group_size"])
+    if quantized and "bits" not in info:
+        raise ValueError(f"{where}: a {cls.__name__} needs bits and group_size")
     layer = cls(group_size=info["group_size"], bits=info["bits"]) if quantized else cls()
     layer.offset = int(info["offset"])
     if info.get("empty"):
+        if arrays:
+            raise ValueError(f"{where}: an empty layer has arrays {sorted(arrays)}")
         return layer
     n_parts = 3 if quantized else 1
     try:
@@ -156,25 +176,29 @@ def _build(info: dict[str, Any], arrays: dict[str, mx.array], where: str) -> Any
         v = tuple(arrays[f"values.{j}"] for j in range(n_parts))
     except KeyError as e:
         raise ValueError(f"{where}: missing array {e}") from e
+    rows = cache_checks.check_rows(k, v, info, where)
     if not quantized:
         k, v = k[0], v[0]
     if cls in (SparseKVCache, SparseQuantizedKVCache):
         if "selection" not in arrays:
             raise ValueError(f"{where}: missing array 'selection'")
+        cache_checks.check_selection(
+            info, arrays["selection"], rows, layer.offset, int(arrays["keys.0"].shape[1]), where
+        )
         counts = mx.array(np.asarray(info["prefix_counts"], dtype=np.int32))
-        state: tuple = (k, v, arrays["selection"], counts, layer.offset)
+        state: tuple = (k, v, arrays["selection"].astype(mx.int32), counts, layer.offset)
         layer.state = (*state, info["group_size"], info["bits"]) if quantized else state
     else:
+        cache_checks.check_dense(rows, layer.offset, where)
         layer.keys, layer.values = k, v
     return layer
 
 
-def load_cache(path: str | os.PathLike) -> tuple[list, dict]:
-    """Read a file written by `save_cache`: (cache, metadata). ValueError names the file and what is wrong."""
-    path = Path(path)
+def read_file(path: Path, fmt: str = FORMAT, version: int = VERSION) -> tuple[dict, dict[str, mx.array]]:
+    """(header, arrays) of a file `write_file` wrote, after the completeness, format and digest checks."""
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
-    header = _read_header(path)
+    header = _read_header(path, fmt, version)
     try:
         arrays = mx.load(str(path), format="safetensors")
     except (RuntimeError, ValueError) as e:
@@ -184,12 +208,26 @@ def load_cache(path: str | os.PathLike) -> tuple[list, dict]:
         raise ValueError(
             f"{path}: SHA-256 digest mismatch: the file was modified or damaged after it was saved"
         )
+    return header, arrays
+
+
+def build_layers(layers: Any, arrays: dict[str, mx.array], where: str, prefix: str = "") -> list:
+    """The cache `layer_arrays` saved, each layer's fields checked (kvcore.cache_checks) before it is built."""
+    if not isinstance(layers, list):
+        raise ValueError(f"{where}: 'layers' must be a list, got {type(layers).__name__}")
     cache = []
     try:
-        for i, info in enumerate(header["layers"]):
-            prefix = f"{i}."
-            own = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-            cache.append(_build(info, own, f"{path}: layer {i}"))
+        for i, info in enumerate(layers):
+            own = f"{prefix}{i}."
+            fields = {k[len(own) :]: v for k, v in arrays.items() if k.startswith(own)}
+            cache.append(_build(info, fields, f"{where}: layer {i}"))
     except (KeyError, TypeError) as e:
-        raise ValueError(f"{path}: inconsistent KV Lens metadata ({e!r})") from e
-    return cache, header.get("metadata", {})
+        raise ValueError(f"{where}: inconsistent KV Lens metadata ({e!r})") from e
+    return cache
+
+
+def load_cache(path: str | os.PathLike) -> tuple[list, dict]:
+    """Read a file written by `save_cache`: (cache, metadata). ValueError names the file and what is wrong."""
+    path = Path(path)
+    header, arrays = read_file(path)
+    return build_layers(header.get("layers"), arrays, str(path)), header.get("metadata", {})

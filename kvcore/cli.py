@@ -32,6 +32,9 @@ from kvcore.defaults import (
     DEFAULT_N_SINK,
     DEFAULT_RATIO,
     DEFAULT_SCHEDULE,
+    DEFAULT_SWEEP_BITS,
+    DEFAULT_SWEEP_METHODS,
+    DEFAULT_SWEEP_RATIOS,
     DEFAULT_WINDOW,
     SCHEDULE_HELP,
     SCHEDULES,
@@ -67,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         if name == "probe":
             _add_shared(s)
+            _add_prompt_set(s, s)
             probe_cli.add_arguments(s)
             continue
         source = s.add_mutually_exclusive_group()
@@ -74,14 +78,10 @@ def _parser() -> argparse.ArgumentParser:
             "--prompt", "-p", help="the prompt text ('\\n' and '\\t' read as in mlx-lm), or - for stdin"
         )
         source.add_argument("--prompt-file", type=Path, help="a UTF-8 file holding the prompt")
-        s.add_argument(
-            "--chat-template",
-            action=argparse.BooleanOptionalAction,
-            default=True,
-            help="wrap the prompt in the tokenizer's chat template as a user message, as mlx_lm.generate does "
-            "(default: on when the tokenizer has one)",
-        )
-        s.add_argument("--system-prompt", help="a system message before the prompt (needs a chat template)")
+        if name == "sweep":
+            _add_prompt_set(s, source)
+        else:
+            _add_chat(s)
         _add_shared(s)
         s.add_argument(
             "--tokens",
@@ -99,9 +99,15 @@ def _parser() -> argparse.ArgumentParser:
             s.add_argument("--positions", type=Path, help="kept positions as JSON")
             s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
         else:
-            s.add_argument("--methods", default=DEFAULT_METHOD)
-            s.add_argument("--ratios", default="0.1,0.25,0.5", help="a list (0.1,0.25) or start:stop:step")
-            s.add_argument("--bits", default=str(UNQUANTIZED_BITS), help="comma-separated, e.g. 4,8,16")
+            s.add_argument("--methods", default=",".join(DEFAULT_SWEEP_METHODS))
+            s.add_argument(
+                "--ratios",
+                default=",".join(map(str, DEFAULT_SWEEP_RATIOS)),
+                help="a list (0.1,0.25) or start:stop:step",
+            )
+            s.add_argument(
+                "--bits", default=",".join(map(str, DEFAULT_SWEEP_BITS)), help="comma-separated, e.g. 4,8,16"
+            )
             s.add_argument("--plot", type=Path, help="write the memory-quality frontier as PNG or SVG")
             s.add_argument(
                 "--metric",
@@ -110,6 +116,30 @@ def _parser() -> argparse.ArgumentParser:
                 help=f"the frontier plot's quality axis (default {DEFAULT_METRIC})",
             )
     return p
+
+
+def _add_chat(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--chat-template",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wrap the prompt in the tokenizer's chat template as a user message, as mlx_lm.generate does "
+        "(default: on when the tokenizer has one)",
+    )
+    s.add_argument("--system-prompt", help="a system message before the prompt (needs a chat template)")
+
+
+def _add_prompt_set(s: argparse.ArgumentParser, source: Any) -> None:
+    """--prompts (a folder or a .jsonl; kvcore.prompt_sets), --resume, and the chat-template options."""
+    source.add_argument(
+        "--prompts",
+        type=Path,
+        help="a prompt set: a folder of .txt/.md/.py files or a .jsonl of {id, prompt, answer?} lines",
+    )
+    s.add_argument(
+        "--resume", action="store_true", help="with --prompts: keep the rows already in --csv, run the rest"
+    )
+    _add_chat(s)
 
 
 def _add_shared(s: argparse.ArgumentParser) -> None:
@@ -131,6 +161,8 @@ def _run_probe(args: argparse.Namespace) -> int:
     """`kvlens probe`: every probe and configuration checked before the model loads."""
     from kvcore.probes.run import PROBE_COLUMNS
 
+    if args.prompts is not None:
+        return _run_set(args, None)
     if args.csv is not None:
         _check_output(args.csv)
     try:
@@ -232,7 +264,58 @@ def _config(args: argparse.Namespace, method: str, ratio: float, bits: int) -> A
 PlotWriter = Callable[[Sequence[Any], Path, str], None]
 
 
+def _configs(args: argparse.Namespace) -> list:
+    """The grid of --methods × --ratios × --bits (sweep: ratios may be a range)."""
+    from kvcore.sweep import parse_ratios
+
+    methods = _split(args.methods, str, "methods")
+    try:
+        ratios = parse_ratios(args.ratios)
+    except ValueError as exc:
+        raise UsageError(f"--ratios: {exc}") from None
+    bits = _split(args.bits, int, "bits")
+    return [_config(args, m, r, b) for m, r, b in itertools.product(methods, ratios, bits)]
+
+
+def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
+    """`--prompts`: a prompt set, on this process or across the ranks of `mlx.launch` (kvcore.set_cli)."""
+    from kvcore import set_cli
+
+    if getattr(args, "plot", None) is not None:
+        raise UsageError(
+            "--plot draws one prompt's sweep: drop it with --prompts (the summary CSV has the points)"
+        )
+    if args.resume and args.csv is None:
+        raise UsageError("--resume needs --csv: the file whose rows are kept")
+    if args.system_prompt is not None and not args.chat_template:
+        raise UsageError(
+            "--system-prompt needs the chat template: drop --no-chat-template or --system-prompt"
+        )
+    if getattr(args, "tokens", 1) < 1:
+        raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
+    configs = _configs(args)
+    keys = [(c.method, c.ratio, c.bits) for c in configs]
+    if len(set(keys)) != len(keys):
+        raise UsageError("a configuration appears twice: list each method, ratio and bits once")
+    mode = set_cli.probe_mode(args, configs) if args.command == "probe" else set_cli.sweep_mode(args, configs)
+
+    def check(session: Any, rank: int) -> None:
+        from kvcore.sweep import check_group_size
+
+        if rank == 0:  # rank 0 alone writes: another machine need not have the folder
+            _check_output(args.csv)
+        check_group_size(configs, session.info.head_dim)
+        for cfg in configs:
+            session.check_config(cfg)
+        if args.system_prompt is not None and not session.has_chat_template:
+            raise UsageError(f"--system-prompt: the tokenizer of {session.info.name} has no chat template")
+
+    return set_cli.run(args, mode, check)
+
+
 def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
+    if getattr(args, "prompts", None) is not None:
+        return _run_set(args, plot_writer)
     prompt = _prompt(args)
     if args.system_prompt is not None and not args.chat_template:
         raise UsageError(
@@ -248,15 +331,7 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
     if args.command == "compress":
         configs = [_config(args, args.method, args.ratio, args.bits)]
     else:
-        from kvcore.sweep import parse_ratios
-
-        methods = _split(args.methods, str, "methods")
-        try:
-            ratios = parse_ratios(args.ratios)
-        except ValueError as exc:
-            raise UsageError(f"--ratios: {exc}") from None
-        bits = _split(args.bits, int, "bits")
-        configs = [_config(args, m, r, b) for m, r, b in itertools.product(methods, ratios, bits)]
+        configs = _configs(args)
     if args.tokens < 1:
         raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
 
@@ -307,8 +382,10 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
     from kvcore.sweep import summary_row
 
     state = session.compress(cfg)
+    if state.budget_note:
+        print(f"kvlens: note: {state.budget_note}", file=sys.stderr)
     regen = session.regenerate(state)
-    summary = summary_row(regen.metrics)
+    summary = {**summary_row(regen.metrics), "budget_note": state.budget_note}
     if args.csv is not None:
         write_csv(args.csv, state.stats_rows, STATS_COLUMNS)
     if args.positions is not None:

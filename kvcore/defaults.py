@@ -59,8 +59,18 @@ DEFAULT_CONTINUATION_TOKENS = 32
 #: Queries captured at prefill; a method's window can go up to this without a new prefill.
 CAPTURE_WINDOW = 256
 
+#: `kvlens sweep` and the Sweep dock start from the same grid: three methods of different kinds, four ratios.
+DEFAULT_SWEEP_METHODS: tuple[str, ...] = ("streaming_llm", "snapkv", "h2o")
+DEFAULT_SWEEP_RATIOS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75)
+DEFAULT_SWEEP_BITS: tuple[int, ...] = (UNQUANTIZED_BITS,)
+
 #: `kvlens probe` defaults: the methods whose ordering the probes show, and a small depth × length grid.
 DEFAULT_PROBE_METHODS: tuple[str, ...] = ("snapkv", "adakv", "streaming_llm", "random")
 DEFAULT_PROBE_RATIOS: tuple[float, ...] = (0.25, 0.5)
 DEFAULT_PROBE_DEPTHS: tuple[float, ...] = (0.1, 0.5, 0.9)
 DEFAULT_PROBE_LENGTHS: tuple[int, ...] = (800, 1600)
+
+#: Prompt-set summaries: a percentile bootstrap over prompts, seeded so the same rows give the same interval.
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+CONFIDENCE = 0.95

@@ -29,6 +29,7 @@ STATS_COLUMNS: tuple[str, ...] = (
     "attention_mass_kept",
     "key_rmse",
     "value_rmse",
+    "budget_note",  # why pyramidkv fell back to uniform counts at this setting; empty when it did not
 )
 
 #: The columns of STATS_COLUMNS that name the setting (all before "layer"): what a pin records.
@@ -54,6 +55,32 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 )
 #: The columns of a sweep CSV, in order.
 SWEEP_COLUMNS: tuple[str, ...] = STATS_COLUMNS + SUMMARY_COLUMNS
+
+#: Summary columns that are wall times: left out of prompt-set files, which must come out byte-identical from a
+#: resumed or a distributed run (times go to stderr instead).
+TIMING_COLUMNS: tuple[str, ...] = ("recompress_ms", "regenerate_ms")
+#: `kvlens sweep --prompts`: which prompt, the sweep's columns without the times, and recall (empty when the
+#: prompt has no answer; 1/0 otherwise).
+PROMPT_SWEEP_COLUMNS: tuple[str, ...] = (
+    "prompt",
+    *STATS_COLUMNS,
+    *(c for c in SUMMARY_COLUMNS if c not in TIMING_COLUMNS),
+    "recalled",
+)
+#: What a prompt-set summary reports per configuration: the row column each summary metric is taken from.
+SET_METRICS: dict[str, str] = {
+    "kl": "kl_mean",
+    "agreement": "agreement",
+    "nll_delta": "nll_delta",
+    "recall": "recalled",
+}
+#: One row per configuration of a prompt-set run, the same columns for `sweep` and `probe` (a metric that mode
+#: does not measure is empty): how many prompts, then each metric's mean and bootstrap interval over prompts.
+SET_SUMMARY_COLUMNS: tuple[str, ...] = (
+    *CONFIG_COLUMNS,
+    "prompts",
+    *(f"{m}_{part}" for m in SET_METRICS for part in ("mean", "low", "high")),
+)
 
 
 def stats_columns(pinned: bool) -> tuple[str, ...]:

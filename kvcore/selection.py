@@ -94,13 +94,29 @@ def rank(
 
 def layer_budgets(ranking: Ranking, ratio: float) -> list[int]:
     """Per-layer, per-kv-head counts: the pyramid for pyramidkv (or its uniform fallback), else uniform."""
-    n_layers, n_tokens, params = len(ranking.layers), ranking.n_tokens, ranking.params
+    n_layers, n_tokens = len(ranking.layers), ranking.n_tokens
     if ranking.method.keeps_everything:
         budgets.check_ratio(ratio)
         return [n_tokens] * n_layers
     if ranking.method.budget == "pyramidkv":
-        return budgets.pyramidkv(n_tokens, ratio, n_layers, params.window, params.beta).counts
+        return _pyramid(ranking, ratio).counts
     return budgets.uniform(n_tokens, ratio, n_layers)
+
+
+def budget_note(ranking: Ranking, ratio: float) -> str | None:
+    """Why a per-layer budget rule fell back to uniform counts at `ratio` (pyramidkv), or None when it did not.
+
+    Shown by the CLI, the app and the stats CSV, so a "pyramidkv" result that is really snapkv is never silent.
+    """
+    if ranking.method.budget != "pyramidkv" or ranking.method.keeps_everything:
+        return None
+    why = _pyramid(ranking, ratio).fallback
+    return None if why is None else f"{ranking.method.name}: uniform budgets ({why})"
+
+
+def _pyramid(ranking: Ranking, ratio: float) -> budgets.PyramidBudget:
+    params = ranking.params
+    return budgets.pyramidkv(ranking.n_tokens, ratio, len(ranking.layers), params.window, params.beta)
 
 
 def select(

@@ -48,7 +48,7 @@ from kvcore.defaults import (
 )
 from kvcore.methods import MethodParams, available
 from kvcore.methods.base import window_attention
-from kvcore.selection import Ranking, rank, select
+from kvcore.selection import Ranking, budget_note, rank, select
 
 Progress = Callable[[int, int], None] | None
 CancelCheck = Callable[[], bool] | None
@@ -133,6 +133,8 @@ class CompressedState:
     #: Layers stored whole (sliding window, SSM state) -> a label such as "sliding window 32: not compressible"
     not_compressible: dict[int, str] = field(default_factory=dict)
     bytes_not_compressible: int = 0  # their steady-state bytes, the same in bytes_dense and bytes_compressed
+    #: Why the method's budget rule fell back to uniform counts (pyramidkv), or None (kvcore.selection.budget_note)
+    budget_note: str | None = None
 
     @property
     def compressible_ratio(self) -> float:
@@ -294,6 +296,26 @@ class Session:
             "chat_template": applied,
         }
 
+    def restore_prefill(
+        self,
+        capture: CaptureResult,
+        prompt_ids: list[int],
+        chat_template_applied: bool,
+        dense_tokens: list[int],
+        dense_logits: dict[str, np.ndarray],
+        decode_cache: list[Any],
+        prefill_ms: float,
+    ) -> None:
+        """Adopt a prefill read from a session file (kvcore.session_file checked it): no forward pass."""
+        self._check_thread()
+        self._capture, self.prompt_ids, self._rankings, self._window_attention = capture, prompt_ids, {}, {}
+        self.dense_tokens, self._dense_logits, self._dense_decode_cache = (
+            dense_tokens,
+            dense_logits,
+            decode_cache,
+        )
+        self._packed, self.chat_template_applied, self.prefill_ms = None, chat_template_applied, prefill_ms
+
     def _mean_window_attention(self, schedule: str, window: int) -> list[np.ndarray | None]:
         """Per layer [H_kv, T]: the last `window` queries' attention, mean over queries and GQA group."""
         key = (schedule, window)
@@ -328,7 +350,11 @@ class Session:
             cache = caches.copy_cache(self._dense_decode_cache)
             new = self._greedy(cache, self.dense_tokens[-1], n, should_cancel)
         tokens = [*self.dense_tokens, *new]
-        references = {s: self._reference_logits(self._observed(s).cache, s, tokens) for s in SCHEDULES}
+        references = {}
+        for schedule in SCHEDULES:  # one teacher-forced pass each: a cancel between them changes nothing
+            if should_cancel is not None and should_cancel():
+                raise Cancelled(f"reference logits cancelled before the {schedule!r} schedule's pass")
+            references[schedule] = self._reference_logits(self._observed(schedule).cache, schedule, tokens)
         self._dense_decode_cache, self.dense_tokens, self._dense_logits = cache, tokens, references
         return new
 
@@ -417,6 +443,7 @@ class Session:
             recompress_ms=recompress_ms,
             not_compressible=fixed,
             bytes_not_compressible=caches.cache_tensor_bytes([observed.cache[i] for i in fixed]),
+            budget_note=budget_note(ranking, config.ratio),
         )
         if config.bits is not None:
             state.quant_error, state.quant_rmse = self._quant_error(state)
@@ -528,6 +555,7 @@ class Session:
                         "attention_mass_kept": mass,
                         "key_rmse": k_rmse,
                         "value_rmse": v_rmse,
+                        "budget_note": state.budget_note or "",
                     }
                 )
         return rows

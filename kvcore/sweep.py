@@ -36,6 +36,7 @@ class SweepPoint:
     bytes_compressed: int
     stats_rows: list[dict[str, Any]]
     seconds: float  # compress + regenerate wall time
+    tokens: tuple[int, ...] = ()  # the free-running compressed continuation (recall is scored on it)
 
     @property
     def percent_of_dense(self) -> float:
@@ -166,6 +167,7 @@ def run_sweep(
             bytes_compressed=state.bytes_compressed,
             stats_rows=[dict(r) for r in state.stats_rows],
             seconds=time.perf_counter() - start,
+            tokens=tuple(regen.tokens),
         )
         if on_progress is not None:
             on_progress(i + 1, len(configs), point)

@@ -59,11 +59,13 @@ def _offences(path: Path) -> list[str]:
         out += [
             f"{where}:{node.lineno}: {t.id} redefined" for t in targets if getattr(t, "id", None) in NAMES
         ]
-        if isinstance(node, ast.Tuple | ast.List):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
             try:
                 value = tuple(ast.literal_eval(node))
             except (ValueError, TypeError, SyntaxError):
                 continue
+            if isinstance(node, ast.Set):
+                value = tuple(sorted(value))
             if all(isinstance(v, int) for v in value) and value in TUPLES:
                 out.append(f"{where}:{node.lineno}: literal {value} copies kvcore.defaults")
     if where.parts[0] != "benchmarks":  # a benchmark's ratio is the point it measures, not a default
@@ -82,6 +84,7 @@ def test_the_check_sees_a_copy(tmp_path):
     copy.write_text(
         "ALLOWED_BITS = (2, 3, 4, 5, 6, 8)\n"
         "steps = [32, 64, 128]\n"
+        "ok = {8, 6, 5, 4, 3, 2}\n"
         "def f(window: int = 64, *, ratio=0.25): ...\n"
         "class C:\n    last_method: str = 'snapkv'\n"
     )
@@ -95,6 +98,7 @@ def test_the_check_sees_a_copy(tmp_path):
         "ALLOWED_BITS redefined",
         "literal (2, 3, 4, 5, 6, 8) copies kvcore.defaults",
         "literal (32, 64, 128) copies kvcore.defaults",
+        "literal (2, 3, 4, 5, 6, 8) copies kvcore.defaults",
         "literal default for window",
         "literal default for ratio",
         "literal default for last_method",

@@ -93,6 +93,9 @@ class CompressionControls(QWidget):
         self.autoRegenerateCheck = QCheckBox("Auto-regenerate", objectName="autoRegenerateCheck")
         self.autoRegenerateCheck.setChecked(True)
         self.autoRegenerateCheck.setToolTip("Regenerate and compare the continuations after every change")
+        self.budgetNoteLabel = QLabel(objectName="budgetNoteLabel", wordWrap=True)
+        self.budgetNoteLabel.setToolTip("The method's per-layer budget rule does not apply at this setting")
+        self.budgetNoteLabel.hide()
 
         form = QFormLayout(self)
         form.addRow("Method", self.methodCombo)
@@ -105,6 +108,7 @@ class CompressionControls(QWidget):
         form.addRow("Kernel", self.kernelSpin)
         form.addRow("Schedule", self.scheduleCombo)
         form.addRow("", self.autoRegenerateCheck)
+        form.addRow("", self.budgetNoteLabel)
 
         self.methodCombo.currentIndexChanged.connect(self._changed)
         self.retentionSlider.valueChanged.connect(self._changed)
@@ -140,7 +144,7 @@ class CompressionControls(QWidget):
         return {
             "method": self.methodCombo.currentText(),
             "ratio": self.retentionSlider.value() / 100.0,
-            "bits": None if bits == 16 else bits,
+            "bits": None if bits == UNQUANTIZED_BITS else bits,
             "group_size": int(self.groupSizeCombo.currentData()),
             "per_head": self.perHeadCheck.isChecked(),
             "window": self.windowSpin.value(),
@@ -170,7 +174,7 @@ class CompressionControls(QWidget):
             if "ratio" in config:
                 self.retentionSlider.setValue(round(float(config["ratio"]) * 100))
             if "bits" in config:
-                bits = 16 if config["bits"] in (None, 16) else int(config["bits"])
+                bits = UNQUANTIZED_BITS if config["bits"] in (None, UNQUANTIZED_BITS) else int(config["bits"])
                 if bits not in BITS_STEPS:
                     raise ValueError(f"bits must be one of {BITS_STEPS}, got {bits}")
                 self.bitsSlider.setValue(BITS_STEPS.index(bits))
@@ -205,6 +209,11 @@ class CompressionControls(QWidget):
         self._head_dim = head_dim
         self._changed()
 
+    def set_budget_note(self, note: str | None) -> None:
+        """Show why the last result's budget rule fell back to uniform counts (pyramidkv); hide when it did not."""
+        self.budgetNoteLabel.setText(f"⚠ {note}" if note else "")
+        self.budgetNoteLabel.setVisible(bool(note))
+
     def auto_regenerate(self) -> bool:
         """Whether a change should also regenerate the continuations."""
         return self.autoRegenerateCheck.isChecked()
@@ -219,7 +228,7 @@ class CompressionControls(QWidget):
     def _update_labels(self) -> None:
         self.retentionLabel.setText(f"{self.retentionSlider.value()} %")
         bits = BITS_STEPS[self.bitsSlider.value()]
-        self.bitsLabel.setText("16 (off)" if bits == 16 else f"{bits}-bit")
+        self.bitsLabel.setText(f"{bits} (off)" if bits == UNQUANTIZED_BITS else f"{bits}-bit")
 
     def _update_validity(self) -> None:
         """Grey out what the current choice makes meaningless or invalid, and say why."""
@@ -235,7 +244,7 @@ class CompressionControls(QWidget):
         self._enable(self.kernelSpin, method in _USES["kernel"], f"{method} does no pooling")
         self._enable(self.sinkSpin, method in _USES["n_sink"], f"{method} keeps no sink positions")
 
-        quantized = BITS_STEPS[self.bitsSlider.value()] != 16
+        quantized = BITS_STEPS[self.bitsSlider.value()] != UNQUANTIZED_BITS
         self._enable(self.groupSizeCombo, quantized, "No quantization at 16 bits")
         self._update_group_sizes()
 

@@ -288,7 +288,9 @@ class FrontierPlot(QWidget):
         named = not any(m == method for m, _ in self._items)
         return pg.PlotDataItem(
             pen=pg.mkPen(
-                colour, width=1.5, style=Qt.PenStyle.SolidLine if bits == 16 else Qt.PenStyle.DashLine
+                colour,
+                width=1.5,
+                style=Qt.PenStyle.SolidLine if bits == UNQUANTIZED_BITS else Qt.PenStyle.DashLine,
             ),
             symbol=SYMBOLS[m_index % len(SYMBOLS)],
             symbolBrush=pg.mkBrush(*colour),

@@ -1,15 +1,18 @@
-"""What the Sweep and Needle grid docks share: a method list with a tick box each, and their layout."""
+"""What the Sweep and Needle grid docks share: a method list with a tick box each, their controls and layout."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
+    QLabel,
     QListWidget,
     QListWidgetItem,
+    QProgressBar,
+    QPushButton,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -40,37 +43,75 @@ class MethodChecklist(QListWidget):
             item.setCheckState(Qt.CheckState.Checked if item.text() in names else Qt.CheckState.Unchecked)
 
 
-def run_layout(
-    owner: QWidget,
-    rows: list[tuple[str, QWidget]],
-    run: QWidget,
-    cancel: QWidget,
-    progress: QWidget,
-    status: QWidget,
-    footer: list[QWidget],
-    view: QWidget,
-) -> None:
-    """The layout both run docks share: a form of inputs, Run / Cancel, progress and status, the export buttons
-    at the bottom of that column, and the result view to its right (a splitter between them)."""
-    form = QFormLayout()
-    for label, widget in rows:
-        form.addRow(label, widget)
-    left = QWidget()
-    column = QVBoxLayout(left)
-    column.setContentsMargins(0, 0, 0, 0)
-    column.addLayout(form)
-    column.addLayout(_row(run, cancel))
-    column.addWidget(progress)
-    column.addWidget(status)
-    column.addStretch(1)
-    column.addLayout(_row(*footer))
-    splitter = QSplitter(Qt.Orientation.Horizontal)
-    splitter.addWidget(left)
-    splitter.addWidget(view)
-    splitter.setStretchFactor(1, 3)
-    layout = QVBoxLayout(owner)
-    layout.setContentsMargins(2, 2, 2, 2)
-    layout.addWidget(splitter)
+class RunPanel(QWidget):
+    """What both run docks share: Run / Cancel, progress, a status line, Export CSV, the method list, and the
+    layout (a form of inputs and those controls on the left, the result view to the right of a splitter).
+
+    A subclass creates its inputs, then calls `_build`; object names start with its `prefix` (sweepRunButton).
+    """
+
+    runRequested = Signal()  # noqa: N815 (Qt signal naming)
+    cancelRequested = Signal()  # noqa: N815
+    exportCsvRequested = Signal()  # noqa: N815
+    methodsList: MethodChecklist
+
+    def _build(
+        self,
+        prefix: str,
+        run_text: str,
+        csv_tip: str,
+        rows: list[tuple[str, QWidget]],
+        extra_footer: list[QWidget],
+        view: QWidget,
+    ) -> QLabel:
+        """Create the shared controls, lay everything out and connect the signals; returns the status label."""
+        self.runButton = QPushButton(run_text, objectName=f"{prefix}RunButton")
+        self.cancelButton = QPushButton("Cancel", objectName=f"{prefix}CancelButton")
+        self.cancelButton.setEnabled(False)
+        self.progressBar = QProgressBar(objectName=f"{prefix}ProgressBar")
+        self.exportCsvButton = QPushButton("Export CSV…", objectName=f"{prefix}ExportCsvButton")
+        self.exportCsvButton.setToolTip(csv_tip)
+        status = QLabel("")
+        status.setWordWrap(True)
+        self.runButton.clicked.connect(self.runRequested)
+        self.cancelButton.clicked.connect(self.cancelRequested)
+        self.exportCsvButton.clicked.connect(self.exportCsvRequested)
+
+        form = QFormLayout()
+        for label, widget in rows:
+            form.addRow(label, widget)
+        left = QWidget()
+        column = QVBoxLayout(left)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addLayout(form)
+        column.addLayout(_row(self.runButton, self.cancelButton))
+        column.addWidget(self.progressBar)
+        column.addWidget(status)
+        column.addStretch(1)
+        column.addLayout(_row(*extra_footer, self.exportCsvButton))
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(left)
+        splitter.addWidget(view)
+        splitter.setStretchFactor(1, 3)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(splitter)
+        return status
+
+    def checked_methods(self) -> list[str]:
+        return self.methodsList.checked()
+
+    def set_methods(self, names: list[str]) -> None:
+        self.methodsList.set_checked(names)
+
+    def _set_running(self, running: bool, total: int, status: QLabel, text: str) -> None:
+        """Run enabled when idle, Cancel while running; a new run starts the bar at 0 of `total`."""
+        self.runButton.setEnabled(not running)
+        self.cancelButton.setEnabled(running)
+        if running:
+            self.progressBar.setRange(0, max(total, 1))
+            self.progressBar.setValue(0)
+            status.setText(text)
 
 
 def _row(*widgets: QWidget) -> QHBoxLayout:

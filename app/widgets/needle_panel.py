@@ -6,22 +6,21 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QLabel,
     QLineEdit,
-    QProgressBar,
     QPushButton,
     QSpinBox,
     QWidget,
 )
 
 from app.widgets.controls import DEFAULT_METHODS
-from app.widgets.method_list import MethodChecklist, run_layout
+from app.widgets.method_list import MethodChecklist, RunPanel
 from app.widgets.needle_grid import NeedleGridView
 from kvcore.defaults import (
     DEFAULT_PROBE_DEPTHS,
     DEFAULT_PROBE_LENGTHS,
     DEFAULT_PROBE_METHODS,
     DEFAULT_PROBE_RATIOS,
+    UNQUANTIZED_BITS,
 )
 from kvcore.probes import FAMILIES, HELDOUT_FAMILIES
 
@@ -30,11 +29,10 @@ def _csv(values) -> str:  # noqa: ANN001
     return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
 
 
-class NeedlePanel(QWidget):
-    runRequested = Signal()  # noqa: N815 (Qt signal naming)
-    cancelRequested = Signal()  # noqa: N815
-    exportCsvRequested = Signal()  # noqa: N815
-    exportImageRequested = Signal()  # noqa: N815
+class NeedlePanel(RunPanel):
+    """Emits runRequested / cancelRequested / exportCsvRequested / exportImageRequested."""
+
+    exportImageRequested = Signal()  # noqa: N815 (Qt signal naming)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -54,20 +52,10 @@ class NeedlePanel(QWidget):
         self.lengthsEdit.setToolTip("Prompt lengths in tokens (at least 64)")
         self.methodsList = MethodChecklist(DEFAULT_METHODS, DEFAULT_PROBE_METHODS, "needleMethodsList")
         self.ratiosEdit = QLineEdit(_csv(DEFAULT_PROBE_RATIOS), objectName="needleRatiosEdit")
-        self.bitsEdit = QLineEdit("16", objectName="needleBitsEdit")
-        self.runButton = QPushButton("Run grid", objectName="needleRunButton")
-        self.cancelButton = QPushButton("Cancel", objectName="needleCancelButton")
-        self.cancelButton.setEnabled(False)
-        self.progressBar = QProgressBar(objectName="needleProgressBar")
-        self.statusLabel = QLabel("", objectName="needleStatusLabel")
-        self.statusLabel.setWordWrap(True)
-        self.exportCsvButton = QPushButton("Export CSV…", objectName="needleExportCsvButton")
-        self.exportCsvButton.setToolTip(
-            "Save every (probe, cache) row with the columns of `kvlens probe --csv`"
-        )
+        self.bitsEdit = QLineEdit(str(UNQUANTIZED_BITS), objectName="needleBitsEdit")
         self.exportImageButton = QPushButton("Export image…", objectName="needleExportImageButton")
+        self.exportImageButton.clicked.connect(self.exportImageRequested)
         self.grid = NeedleGridView()
-
         rows = [
             ("Family", self.familyCombo),
             ("Seed", self.seedSpin),
@@ -77,21 +65,11 @@ class NeedlePanel(QWidget):
             ("Ratios", self.ratiosEdit),
             ("Bits", self.bitsEdit),
         ]
-        run_layout(
-            self,
-            rows,
-            self.runButton,
-            self.cancelButton,
-            self.progressBar,
-            self.statusLabel,
-            [self.exportImageButton, self.exportCsvButton],
-            self.grid,
+        csv_tip = "Save every (probe, cache) row with the columns of `kvlens probe --csv`"
+        self.statusLabel = self._build(
+            "needle", "Run grid", csv_tip, rows, [self.exportImageButton], self.grid
         )
-
-        self.runButton.clicked.connect(self.runRequested)
-        self.cancelButton.clicked.connect(self.cancelRequested)
-        self.exportCsvButton.clicked.connect(self.exportCsvRequested)
-        self.exportImageButton.clicked.connect(self.exportImageRequested)
+        self.statusLabel.setObjectName("needleStatusLabel")
 
     def family(self) -> str:
         return self.familyCombo.currentData()
@@ -99,16 +77,5 @@ class NeedlePanel(QWidget):
     def set_family(self, name: str) -> None:
         self.familyCombo.setCurrentIndex(self.familyCombo.findData(name))
 
-    def checked_methods(self) -> list[str]:
-        return self.methodsList.checked()
-
-    def set_methods(self, names: list[str]) -> None:
-        self.methodsList.set_checked(names)
-
     def set_running(self, running: bool, total: int = 0) -> None:
-        self.runButton.setEnabled(not running)
-        self.cancelButton.setEnabled(running)
-        if running:
-            self.progressBar.setRange(0, max(total, 1))
-            self.progressBar.setValue(0)
-            self.statusLabel.setText(f"0 of {total} probes")
+        self._set_running(running, total, self.statusLabel, f"0 of {total} probes")

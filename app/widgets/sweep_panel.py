@@ -5,25 +5,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QLabel,
     QLineEdit,
-    QProgressBar,
-    QPushButton,
     QWidget,
 )
 
 from app.widgets.controls import DEFAULT_METHODS, GROUP_SIZES
 from app.widgets.frontier import FrontierPlot
-from app.widgets.method_list import MethodChecklist, run_layout
-from kvcore.defaults import ALLOWED_BITS, UNQUANTIZED_BITS
+from app.widgets.method_list import MethodChecklist, RunPanel
+from kvcore.defaults import (
+    ALLOWED_BITS,
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_SWEEP_BITS,
+    DEFAULT_SWEEP_METHODS,
+    DEFAULT_SWEEP_RATIOS,
+    UNQUANTIZED_BITS,
+)
 from kvcore.sweep import parse_ratios
 
-DEFAULT_SWEEP_METHODS = ("streaming_llm", "snapkv", "h2o")
-DEFAULT_RATIOS = "0.1,0.25,0.5,0.75"
-DEFAULT_SWEEP_BITS = str(UNQUANTIZED_BITS)
 #: The retention slider moves in whole percents; a swept ratio must be one so that clicking its point can set it.
 RATIO_STEP = 0.01
 
@@ -57,12 +57,8 @@ def parse_bits(text: str) -> list[int]:
     return list(dict.fromkeys(values))
 
 
-class SweepPanel(QWidget):
-    """Emits runRequested / cancelRequested; the frontier plot emits pointClicked itself."""
-
-    runRequested = Signal()  # noqa: N815 (Qt signal naming)
-    cancelRequested = Signal()  # noqa: N815
-    exportCsvRequested = Signal()  # noqa: N815
+class SweepPanel(RunPanel):
+    """Emits runRequested / cancelRequested / exportCsvRequested; the frontier plot emits pointClicked itself."""
 
     def __init__(self, methods: list[str] | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -70,56 +66,30 @@ class SweepPanel(QWidget):
         self.methodsList = MethodChecklist(
             methods or DEFAULT_METHODS, DEFAULT_SWEEP_METHODS, "sweepMethodsList"
         )
-        self.ratiosEdit = QLineEdit(DEFAULT_RATIOS, objectName="sweepRatiosEdit")
+        self.ratiosEdit = QLineEdit(",".join(map(str, DEFAULT_SWEEP_RATIOS)), objectName="sweepRatiosEdit")
         self.ratiosEdit.setToolTip(
             "Retention ratios: a list (0.1,0.25,0.5) or a range start:stop:step (0.1:0.9:0.1)"
         )
-        self.bitsEdit = QLineEdit(DEFAULT_SWEEP_BITS, objectName="sweepBitsEdit")
+        self.bitsEdit = QLineEdit(",".join(map(str, DEFAULT_SWEEP_BITS)), objectName="sweepBitsEdit")
         self.bitsEdit.setToolTip("Bit widths, comma-separated; 16 = not quantized")
         self.groupSizeCombo = QComboBox(objectName="sweepGroupSizeCombo")
         for size in GROUP_SIZES:
             self.groupSizeCombo.addItem(str(size), size)
-        self.groupSizeCombo.setCurrentIndex(self.groupSizeCombo.findData(64))
-        self.runButton = QPushButton("Run sweep", objectName="sweepRunButton")
-        self.cancelButton = QPushButton("Cancel", objectName="sweepCancelButton")
-        self.cancelButton.setEnabled(False)
-        self.progressBar = QProgressBar(objectName="sweepProgressBar")
-        self.progressBar.setRange(0, 1)
-        self.progressBar.setValue(0)
-        self.estimateLabel = QLabel("", objectName="sweepEstimateLabel")
-        self.estimateLabel.setWordWrap(True)
-        self.exportCsvButton = QPushButton("Export CSV…", objectName="sweepExportCsvButton")
-        self.exportCsvButton.setToolTip("Save the sweep with the columns of `kvlens sweep`")
+        self.groupSizeCombo.setCurrentIndex(self.groupSizeCombo.findData(DEFAULT_GROUP_SIZE))
         self.frontier = FrontierPlot()
-
         rows = [
             ("Methods", self.methodsList),
             ("Ratios", self.ratiosEdit),
             ("Bits", self.bitsEdit),
             ("Group size", self.groupSizeCombo),
         ]
-        run_layout(
-            self,
-            rows,
-            self.runButton,
-            self.cancelButton,
-            self.progressBar,
-            self.estimateLabel,
-            [self.exportCsvButton],
-            self.frontier,
-        )
-
-        self.runButton.clicked.connect(self.runRequested)
-        self.cancelButton.clicked.connect(self.cancelRequested)
-        self.exportCsvButton.clicked.connect(self.exportCsvRequested)
+        csv_tip = "Save the sweep with the columns of `kvlens sweep`"
+        self.estimateLabel = self._build("sweep", "Run sweep", csv_tip, rows, [], self.frontier)
+        self.estimateLabel.setObjectName("sweepEstimateLabel")
+        self.progressBar.setRange(0, 1)
+        self.progressBar.setValue(0)
 
     # -- input ------------------------------------------------------------------------------------
-
-    def checked_methods(self) -> list[str]:
-        return self.methodsList.checked()
-
-    def set_methods(self, names: list[str]) -> None:
-        self.methodsList.set_checked(names)
 
     def spec(self) -> SweepSpec:
         """What the user asked for; ValueError with the fix for anything the sweep cannot run."""
@@ -138,12 +108,9 @@ class SweepPanel(QWidget):
     # -- state ------------------------------------------------------------------------------------
 
     def set_running(self, running: bool, total: int = 0) -> None:
-        self.runButton.setEnabled(not running)
-        self.cancelButton.setEnabled(running)
-        if running:
-            self.progressBar.setRange(0, max(total, 1))
-            self.progressBar.setValue(0)
-            self.estimateLabel.setText(f"0 of {total} points; the time left shows after the first")
+        self._set_running(
+            running, total, self.estimateLabel, f"0 of {total} points; the time left shows after the first"
+        )
 
     def show_progress(self, done: int, total: int, remaining_s: float | None) -> None:
         self.progressBar.setValue(done)

@@ -58,4 +58,9 @@ class Probe:
 
 def recalls(probe: Probe, continuation: str) -> bool:
     """True when the continuation writes the whole value first (leading spaces allowed, nothing else)."""
-    return continuation.lstrip(" ").startswith(probe.answer)
+    return writes_answer(probe.answer, continuation)
+
+
+def writes_answer(answer: str, continuation: str) -> bool:
+    """The recall rule on a bare answer (prompt sets score their `answer` field with it)."""
+    return continuation.lstrip(" ").startswith(answer)

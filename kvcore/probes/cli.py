@@ -21,6 +21,7 @@ from kvcore.defaults import (
     DEFAULT_PROBE_LENGTHS,
     DEFAULT_PROBE_METHODS,
     DEFAULT_PROBE_RATIOS,
+    UNQUANTIZED_BITS,
 )
 
 
@@ -30,7 +31,9 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
 
     s.add_argument("--methods", default=",".join(DEFAULT_PROBE_METHODS))
     s.add_argument("--ratios", default=",".join(map(str, DEFAULT_PROBE_RATIOS)))
-    s.add_argument("--bits", default="16", help="comma-separated, e.g. 4,16 (16 = unquantized)")
+    s.add_argument(
+        "--bits", default=str(UNQUANTIZED_BITS), help="comma-separated, e.g. 4,16 (16 = unquantized)"
+    )
     s.add_argument(
         "--depths", default=",".join(map(str, DEFAULT_PROBE_DEPTHS)), help="needle depths in [0, 1]"
     )

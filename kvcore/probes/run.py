@@ -27,6 +27,10 @@ PROBE_COLUMNS: tuple[str, ...] = (
     "compression_ratio",
 )
 
+#: `kvlens probe --prompts`: which prompt (file name or JSONL id), then the probe columns (family, seed, depth and
+#: n_tokens empty: the prompt is the user's, not generated).
+PROMPT_PROBE_COLUMNS: tuple[str, ...] = ("prompt", *PROBE_COLUMNS)
+
 #: The `method` of the row that uses the dense cache (the baseline every probe is also scored on).
 DENSE = "dense"
 

@@ -52,9 +52,39 @@ def test_pyramidkv_counts_hand_computed(n_tokens, ratio, n_layers, window, beta,
     assert (got.counts, got.fallback) == (counts, None)
 
 
+def test_pyramidkv_keeps_kvpress_published_counts():
+    """kvpress 0.5.5's PyramidKVPress at compression 0.5 on a 780-position prompt, 8 layers, window 64."""
+    got = budgets.pyramidkv(780, 0.5, 8, 64)
+    assert (got.counts, got.fallback) == ([716, 623, 530, 437, 343, 250, 157, 64], None)
+
+
+@pytest.mark.parametrize("n_tokens", [700, 780, 1500, 2000])
+@pytest.mark.parametrize("ratio", [0.5, 0.6, 0.8, 0.9])
+@pytest.mark.parametrize("n_layers", [4, 8, 32])
+def test_pyramidkv_capped_pyramid_is_real_at_high_ratios(n_tokens, ratio, n_layers):
+    """Where the uncapped max 2n - n/beta would exceed T - w, the cap keeps a pyramid instead of falling back:
+    the lowest layer keeps everything outside the window, the top at least the window, counts strictly
+    decrease in equal steps (strictly at r = 0.5), and the total stays the uniform rule's."""
+    window = 64
+    n = ratio * n_tokens
+    assert 2 * n - n / 20 >= n_tokens - window  # the cap applies here
+    got = budgets.pyramidkv(n_tokens, ratio, n_layers, window)
+    assert got.fallback is None
+    steps = np.diff(got.counts)
+    assert (steps <= 0).all() and steps.max() - steps.min() <= 1 and got.counts[0] > got.counts[-1]
+    if ratio == 0.5:
+        assert (steps < 0).all()
+    assert got.counts[0] == n_tokens - window and got.counts[-1] >= window
+    assert abs(sum(got.counts) - n_layers * n) <= n_layers / 2
+
+
 @pytest.mark.parametrize(
     ("n_tokens", "ratio", "n_layers", "why"),
-    [(4096, 0.25, 16, "min=51.2"), (100, 0.9, 4, "max=175.5"), (4096, 0.5, 1, "single layer")],
+    [
+        (4096, 0.25, 16, "min=51.2"),  # the top layer could not hold its window
+        (100, 0.9, 4, "max=36 (capped"),  # even capped, the prompt is too short for a window of 64
+        (4096, 0.5, 1, "single layer"),
+    ],
 )
 def test_pyramidkv_falls_back_to_uniform(n_tokens, ratio, n_layers, why):
     got = budgets.pyramidkv(n_tokens, ratio, n_layers)

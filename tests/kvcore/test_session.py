@@ -180,27 +180,64 @@ def test_quantized_compress_equals_select_then_quantize(session):
                 np.testing.assert_array_equal(p, q)
 
 
+def _snapshot(s: Session, config: CompressionConfig) -> tuple:
+    """What a cancelled prefill or extend must leave untouched: ids, continuation, references, decode cache."""
+    return (
+        list(s.prompt_ids),
+        list(s.dense_tokens),
+        {k: v.copy() for k, v in s._dense_logits.items()},
+        s._dense_decode_cache[0].offset,
+        s.regenerate(s.compress(config)).metrics,
+    )
+
+
+def _assert_same(after: tuple, before: tuple, where: str) -> None:
+    assert after[:2] == before[:2], f"{where} changed the prompt or the continuation"
+    assert after[2].keys() == before[2].keys(), where
+    for schedule, logits in before[2].items():
+        np.testing.assert_array_equal(after[2][schedule], logits, err_msg=where)
+    assert after[3] == before[3], f"{where} changed the dense decode cache"
+    metrics = after[4]
+    assert all(np.isfinite(metrics[k]) for k in ("kl_mean", "agreement")), f"{where}: metrics are NaN"
+    assert metrics["kl_mean"] == before[4]["kl_mean"] and metrics["agreement"] == before[4]["agreement"]
+
+
+def _cancel_on(k: int):
+    """A should_cancel that says no k - 1 times, then yes."""
+    seen: list[int] = []
+    return lambda: len(seen) == k - 1 or bool(seen.append(1))
+
+
 def test_cancel_at_every_stage_of_prefill_keeps_the_previous_session(model_dirs):
-    """Cancel on the k-th check (prefill chunks, then each dense-continuation token): nothing changes."""
+    """Cancel on the k-th check: prefill chunks, each dense-continuation token, then each schedule's
+    teacher-forced reference pass. The previous prompt, continuation, references and metrics stay."""
     s = Session.load(str(model_dirs["llama"]))
     s.prefill(PROMPT, n_tokens=5)
     config = CompressionConfig("snapkv", 0.5)
-    before = (list(s.prompt_ids), list(s.dense_tokens), s.regenerate(s.compress(config)).metrics)
+    before = _snapshot(s, config)
     checks = []
     s.prefill("x = 1\n" * 40, n_tokens=5, should_cancel=lambda: checks.append(1) and False)
     s.prefill(PROMPT, n_tokens=5)
-    assert len(checks) > 3  # one per prefill chunk and one per generated token
+    # 2 prefill spans (body, held-back last token) + 4 greedy tokens + 2 reference passes (paper, mlx-lm)
+    assert len(checks) == 2 + 4 + 2
     for k in range(1, len(checks) + 1):
-        seen = []
         with pytest.raises(Cancelled):
-            s.prefill(
-                "x = 1\n" * 40,
-                n_tokens=5,
-                should_cancel=lambda seen=seen, k=k: len(seen) == k - 1 or bool(seen.append(1)),
-            )
-        after = (list(s.prompt_ids), list(s.dense_tokens), s.regenerate(s.compress(config)).metrics)
-        assert after[:2] == before[:2], f"cancel at check {k} changed the session"
-        assert after[2]["kl_mean"] == before[2]["kl_mean"] and after[2]["agreement"] == before[2]["agreement"]
+            s.prefill("x = 1\n" * 40, n_tokens=5, should_cancel=_cancel_on(k))
+        _assert_same(_snapshot(s, config), before, f"cancel at check {k}")
+
+
+def test_cancel_at_every_stage_of_extend_keeps_the_continuation(model_dirs):
+    """Step/Generate cancelled at any token or reference pass leaves the continuation it extended."""
+    s = Session.load(str(model_dirs["llama"]))
+    s.prefill(PROMPT, n_tokens=4)
+    config = CompressionConfig("snapkv", 0.5)
+    before = _snapshot(s, config)
+    for k in range(1, 3 + 2 + 1):  # 3 greedy tokens, 2 reference passes
+        with pytest.raises(Cancelled):
+            s.extend(3, should_cancel=_cancel_on(k))
+        _assert_same(_snapshot(s, config), before, f"extend cancelled at check {k}")
+    s.extend(3, should_cancel=_cancel_on(6))  # the 6th check never comes: it completes
+    assert len(s.dense_tokens) == 7 and s.dense_tokens[:4] == before[1]
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

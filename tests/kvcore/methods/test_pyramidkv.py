@@ -29,3 +29,13 @@ def test_pyramidkv_falls_back_to_snapkv_when_infeasible():
     kept = selection.select(ranking, 0.25)  # min = 25/20 < window 64: uniform
     for layer, (q, k) in enumerate(data):
         np.testing.assert_array_equal(kept[layer], snapkv_oracle(q, k, 25))
+
+
+def test_pyramidkv_forms_the_published_pyramid_on_780_positions():
+    """At r = 0.5 on 780 positions and 8 layers, kvpress keeps 716 ... 64: so must we, each layer snapkv's top."""
+    data = [random_qk(40 + layer, 780, 2, 1, 8) for layer in range(8)]
+    ranking = selection.rank([observation(q, k) for q, k in data], "pyramidkv")
+    kept = selection.select(ranking, 0.5)
+    assert [k.shape[1] for k in kept] == [716, 623, 530, 437, 343, 250, 157, 64]
+    for layer, (q, k) in enumerate(data):
+        np.testing.assert_array_equal(kept[layer], snapkv_oracle(q, k, kept[layer].shape[1]))
