@@ -40,5 +40,7 @@ def test_repeated_block_adakv_holds_where_streaming_llm_breaks(demo):
     assert _regenerate(demo, "adakv", 0.7).metrics["first_divergence"] is None
     lost = _regenerate(demo, "streaming_llm", 0.7).metrics["first_divergence"]
     assert lost is not None and lost < 12
-    half = [_regenerate(demo, m, 0.5).metrics["first_divergence"] for m in ("snapkv", "adakv", "streaming_llm")]
+    half = [
+        _regenerate(demo, m, 0.5).metrics["first_divergence"] for m in ("snapkv", "adakv", "streaming_llm")
+    ]
     assert min(half[0], half[1]) > half[2]
