@@ -79,10 +79,13 @@ def prefill(prompt: str, n_tokens: int, chat_template: bool = True, system_promp
 
 
 def extend(n: int) -> Job:
-    """Continue the dense greedy continuation by n tokens (Step = 1, Generate N = n)."""
+    """Continue the dense greedy continuation by n tokens (Step = 1, Generate N = n); None when nothing is
+    prefilled."""
 
-    def job(ctx: JobContext) -> SequenceView:
+    def job(ctx: JobContext) -> SequenceView | None:
         session = _session(ctx)
+        if not session.prompt_ids:  # the prefill it followed was cancelled or failed: nothing to extend
+            return None
         ctx.progress(0.0, f"Generating {n} token{'s' if n != 1 else ''}…")
         session.extend(n, should_cancel=ctx.cancelled)
         return sequence_view(session)

@@ -284,7 +284,7 @@ class MainWindow(QMainWindow):
         if result.kind == "load":
             self._prefill_requested = (self.engine.latest_id("prefill") or 0) > result.request_id
             self._show_loaded(value)
-        elif result.kind in ("prefill", "extend"):
+        elif result.kind in ("prefill", "extend") and value is not None:
             self._show_sequence(value, result.kind)
         elif result.kind == "compress" and value is not None:
             self._show_compression(value)
@@ -383,6 +383,8 @@ class MainWindow(QMainWindow):
         if failure.kind in (OPEN, SAVE):
             self.session_files.on_failed(failure)
             return
+        if failure.kind == "prefill" and self.engine.is_current(failure.request_id, "prefill"):
+            self._prefill_requested = self.pinning._current is not None  # the previous prefill, if any, stays
         if failure.cancelled:
             self.status.show(f"{failure.kind.capitalize()} cancelled.")
             return

@@ -80,10 +80,11 @@ def adakv_counts(
 
     `flat_order` ranks all H·T (head, rank-within-head) slots of the layer by priority across heads, as
     `head * T + rank`; a head's slots rank in its own order, so the winners are a prefix of each head's ranking
-    and the counts say everything. Total = H·n exactly; every head keeps at least ⌊α·n⌋.
+    and the counts say everything. Total = H·n exactly; every head keeps at least max(1, ⌊α·n⌋): a head with no
+    position has no attention to run (below n = 1/α the paper's floor is 0 and one head took every slot).
     """
     n = min(n, n_tokens)
-    safe = math.floor(alpha * n)
+    safe = max(1, math.floor(alpha * n)) if n >= 1 else 0
     remaining = n_heads * (n - safe)
     rank_in_head = flat_order % n_tokens
     candidates = flat_order[rank_in_head >= safe][:remaining]

@@ -27,6 +27,11 @@ from kvcore.defaults import (
 
 DEFAULT_METHODS = ["full", "streaming_llm", "snapkv", "h2o", "tova", "knorm", "random", "pyramidkv", "adakv"]
 BITS_STEPS = (*ALLOWED_BITS, UNQUANTIZED_BITS)
+#: Methods that fix the per-head choice: (per_head, why the box is greyed). adakv refuses shared selection.
+_PER_HEAD_FORCED = {
+    "tova": (False, "tova keeps the same positions in every kv-head"),
+    "adakv": (True, "adakv spreads each layer's budget over its kv-heads, so every head selects its own"),
+}
 GROUP_SIZES = ALLOWED_GROUP_SIZES
 DEFAULTS: dict[str, Any] = dict(DEFAULT_CONFIG)
 # Which method parameter each method reads; the others are disabled with a tooltip.
@@ -235,10 +240,11 @@ class CompressionControls(QWidget):
         method = self.methodCombo.currentText()
         full = method == "full"
         self._enable(self.retentionSlider, not full, "full keeps every position")
-        self._enable(self.perHeadCheck, method != "tova", "tova keeps the same positions in every kv-head")
-        if method == "tova":
+        forced = _PER_HEAD_FORCED.get("adakv" if method.startswith("adakv") else method)
+        self._enable(self.perHeadCheck, forced is None, forced[1] if forced else "")
+        if forced is not None and self.perHeadCheck.isChecked() != forced[0]:
             self.perHeadCheck.blockSignals(True)
-            self.perHeadCheck.setChecked(False)
+            self.perHeadCheck.setChecked(forced[0])
             self.perHeadCheck.blockSignals(False)
         self._enable(self.windowSpin, method in _USES["window"], f"{method} has no observation window")
         self._enable(self.kernelSpin, method in _USES["kernel"], f"{method} does no pooling")
@@ -266,11 +272,9 @@ class CompressionControls(QWidget):
 
     @staticmethod
     def _enable(widget: QWidget, enabled: bool, reason: str) -> None:
-        if widget.isEnabled() == enabled:
-            return
-        widget.setEnabled(enabled)
         tip = widget.property("baseToolTip")
         if tip is None:
             tip = widget.toolTip()
             widget.setProperty("baseToolTip", tip)
-        widget.setToolTip(tip if enabled else reason)
+        widget.setEnabled(enabled)
+        widget.setToolTip(tip if enabled else reason)  # another disabling method brings its own reason

@@ -102,4 +102,15 @@ def test_adakv_total_fixed_and_every_head_safeguarded(seed):
         n = budgets.n_kept(n_tokens, ratio)
         counts = budgets.adakv_counts(flat_order, n_tokens, n_heads, n, alpha=0.2)
         assert counts.sum() == n_heads * n
-        assert counts.min() >= math.floor(0.2 * n) and counts.max() <= n_tokens
+        assert counts.min() >= max(1, math.floor(0.2 * n)) and counts.max() <= n_tokens
+
+
+def test_adakv_keeps_a_position_in_every_head_below_one_over_alpha():
+    """n = 1 or 2 per head at α = 0.2: the paper's floor ⌊α·n⌋ is 0 and the head the others outrank kept
+    nothing (an empty selection the cache refuses; found by the random-actions GUI test)."""
+    n_heads, n_tokens = 2, 40
+    priority = np.stack([np.linspace(1.0, 0.9, n_tokens), np.linspace(0.5, 0.0, n_tokens)])
+    flat_order = np.argsort(-priority.ravel(), kind="stable")
+    for n in (1, 2, 4):
+        counts = budgets.adakv_counts(flat_order, n_tokens, n_heads, n, alpha=0.2)
+        assert counts.tolist() == [2 * n - 1, 1]

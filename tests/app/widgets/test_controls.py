@@ -131,3 +131,18 @@ def test_irrelevant_controls_disabled_with_reason(controls):
     assert controls.retentionSlider.isEnabled() and controls.windowSpin.isEnabled()
     assert controls.groupSizeCombo.isEnabled()
     assert controls.windowSpin.toolTip().startswith("Observation window")
+
+
+def test_adakv_after_tova_selects_per_head(controls):
+    """tova forces shared selection; adakv after it used to keep per_head off and every compress failed
+    ("adakv needs per-head selection"), found by the random-actions test."""
+    from kvcore.session import CompressionConfig
+
+    controls.set_config({"method": "tova"})
+    assert controls.config()["per_head"] is False
+    controls.methodCombo.setCurrentIndex(controls.methodCombo.findText("adakv"))
+    assert controls.config()["per_head"] is True and not controls.perHeadCheck.isEnabled()
+    assert "adakv" in controls.perHeadCheck.toolTip()
+    assert CompressionConfig.from_dict(controls.config()).per_head
+    controls.set_config({"method": "snapkv"})
+    assert controls.perHeadCheck.isEnabled()
