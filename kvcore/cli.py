@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
             "--prompt", "-p", help="the prompt text ('\\n' and '\\t' read as in mlx-lm), or - for stdin"
         )
         source.add_argument("--prompt-file", type=Path, help="a UTF-8 file holding the prompt")
+        source.add_argument(
+            "--session",
+            type=Path,
+            help="a .kvlens session file (File ▸ Save Session…): its prefill, no new one",
+        )
         if name == "sweep":
             _add_prompt_set(s, source)
         else:
@@ -316,7 +321,7 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
 def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
     if getattr(args, "prompts", None) is not None:
         return _run_set(args, plot_writer)
-    prompt = _prompt(args)
+    prompt = None if args.session is not None else _prompt(args)
     if args.system_prompt is not None and not args.chat_template:
         raise UsageError(
             "--system-prompt needs the chat template: drop --no-chat-template or --system-prompt"
@@ -338,7 +343,7 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
     from kvcore.session import Session
     from kvcore.sweep import check_group_size
 
-    session = Session.load(args.model)
+    session = Session.load(_session_model(args))
     try:
         check_group_size(configs, session.info.head_dim)
     except ValueError as exc:
@@ -350,12 +355,26 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
             f"--system-prompt: the tokenizer of {session.info.name} has no chat template to put it in; "
             "drop --system-prompt"
         )
-    session.prefill(
-        prompt, n_tokens=args.tokens, chat_template=args.chat_template, system_prompt=args.system_prompt
-    )
+    if args.session is not None:
+        from kvcore.session_file import open_session
+
+        open_session(args.session, session)  # no forward pass; the saved continuation is the reference
+    else:
+        session.prefill(
+            prompt, n_tokens=args.tokens, chat_template=args.chat_template, system_prompt=args.system_prompt
+        )
     if args.command == "compress":
         return _compress(args, session, configs[0])
     return _sweep(args, session, configs, plot_writer)
+
+
+def _session_model(args: argparse.Namespace) -> str:
+    """--model, or with --session and the default --model, the model the session was saved with."""
+    if args.session is None or args.model != str(demo_model_dir()):
+        return args.model
+    from kvcore.session_file import read_model
+
+    return read_model(args.session)["spec"]
 
 
 def _sweep(args: argparse.Namespace, session: Any, configs: list, plot_writer: PlotWriter | None) -> int:
