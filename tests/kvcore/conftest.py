@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import mlx.core as mx
@@ -54,14 +54,20 @@ def greedy(model, cache: list, first: int, n: int) -> list[int]:
 
 @contextmanager
 def reference_attention(
-    model, cache: list, kept: list, T: int, quant: tuple[int, int] | None = None
+    model,
+    cache: list,
+    kept: list,
+    T: int,
+    quant: tuple[int, int] | None = None,
+    windows: Sequence[int | None] | None = None,
 ) -> Iterator:
     """Route the model's attention through float64 NumPy softmax over only the kept positions.
 
     `cache` is the dense cache the reference run uses (it identifies layers); `kept[l]` is None (all positions)
     or a list of per-kv-head arrays of kept prompt positions; positions >= T (appended tokens) are always kept,
     causally. With `quant=(bits, group)`, K and V are quantized and dequantized first, as a quantized cache holds
-    them.
+    them. `windows[l]` (a sliding-window layer) limits each query to the last `windows[l]` positions, itself
+    included, as mlx-lm's window mask does; learned sinks (gpt_oss) add their logit to each softmax.
     """
     layer_of = {id(c): i for i, c in enumerate(cache)}
     module = sys.modules[type(model.layers[0].self_attn).__module__]
@@ -76,6 +82,7 @@ def reference_attention(
                 for x in (keys, values)
             )
         q, k, v = (np.array(x, dtype=np.float64) for x in (queries, keys, values))
+        sinks = None if sinks is None else np.array(sinks.astype(mx.float32), dtype=np.float64)
         n_q, n_kv, total = q.shape[2], k.shape[1], k.shape[2]
         rep = q.shape[1] // n_kv
         out = np.zeros_like(q)
@@ -85,9 +92,13 @@ def reference_attention(
             for i in range(n_q):
                 pos = total - n_q + i
                 visible = np.concatenate([prompt, np.arange(T, pos + 1)])
+                if windows is not None and windows[layer] is not None:
+                    visible = visible[pos - visible < windows[layer]]
                 s = (k[0, h, visible] @ q[0, hq, i]) * scale
-                w = np.exp(s - s.max())
-                out[0, hq, i] = (w / w.sum()) @ v[0, h, visible]
+                top = s.max() if sinks is None else max(s.max(), float(sinks[hq]))
+                w = np.exp(s - top)
+                total_w = w.sum() + (0.0 if sinks is None else np.exp(float(sinks[hq]) - top))
+                out[0, hq, i] = (w / total_w) @ v[0, h, visible]
         return mx.array(out.astype(np.float32))
 
     module.scaled_dot_product_attention = sdpa
