@@ -139,6 +139,8 @@ class SessionFiles:
             "config": w.controls.config(),
             "auto_regenerate": w.controls.auto_regenerate(),
             "heatmap_view": w.heatmap.view(),
+            "chat_template": w.sessionPanel.chatTemplateCheck.isChecked(),
+            "system_prompt": w.sessionPanel.systemPromptEdit.text(),
         }
         pin = w.pinning.pin_state
         if pin is not None:
@@ -173,6 +175,7 @@ class SessionFiles:
         w = self.window
         if result.kind == SAVE:
             self.last_saved = result.value
+            self._remember(result.value)
             w.status.show(f"Saved the session to {result.value}")
             return
         opened: OpenedSession = result.value
@@ -181,7 +184,12 @@ class SessionFiles:
         pins = w.pinning.clear("a session was opened")
         sweeps = w.sweeping.clear("a session was opened")
         extra = opened.extra
-        w.sessionPanel.promptEdit.setPlainText(str(extra.get("prompt", "")))
+        panel = w.sessionPanel
+        panel.promptEdit.setPlainText(str(extra.get("prompt", "")))
+        if isinstance(extra.get("chat_template"), bool):
+            panel.chatTemplateCheck.setChecked(extra["chat_template"])
+        if isinstance(extra.get("system_prompt"), str):
+            panel.systemPromptEdit.setText(extra["system_prompt"])
         w.sessionPanel.set_generated(opened.sequence.tokens, opened.sequence.prompt_len)
         w.status.set_timing("prefill", opened.sequence.prefill_ms)
         w._prefill_requested = True
@@ -195,10 +203,16 @@ class SessionFiles:
             if extra.get("heatmap_view") in VIEWS:
                 w.heatmap.set_view(extra["heatmap_view"])
         self.last_opened = opened.path
+        self._remember(opened.path)
         w.status.show(
             f"Opened {opened.path}: {opened.sequence.prompt_len} prompt tokens, no prefill needed. "
             f"{pins} {sweeps}".strip()
         )
+
+    def _remember(self, path: str) -> None:
+        settings = self.window.settings
+        settings.add_recent_session(str(Path(path).resolve()))
+        self.window.actions_.rebuild_recent_sessions(settings.recent_sessions)
 
     def _set_controls(self, extra: dict[str, Any]) -> None:
         """The saved controls, without the recompress their signals would ask for."""

@@ -55,6 +55,7 @@ def _is_ratio(v: Any) -> bool:
 _CHECKS = {
     "geometry": lambda v: isinstance(v, str) and len(v) <= 65536 and _BASE64.fullmatch(v) is not None,
     "recent_models": lambda v: isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v),
+    "recent_sessions": lambda v: isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v),
     "last_prompt": lambda v: isinstance(v, str),
     "last_method": lambda v: isinstance(v, str) and bool(v),
     "last_ratio": _is_ratio,
@@ -74,6 +75,7 @@ class Settings:
 
     geometry: str = ""
     recent_models: list[str] = field(default_factory=list)
+    recent_sessions: list[str] = field(default_factory=list)  # .kvlens files saved or opened, newest first
     last_prompt: str = ""
     last_method: str = DEFAULT_METHOD
     last_ratio: float = DEFAULT_RATIO
@@ -87,8 +89,11 @@ class Settings:
 
     def add_recent_model(self, name: str) -> None:
         """Move `name` to the front of the recent list (no duplicates, at most MAX_RECENT)."""
-        self.recent_models = [name] + [m for m in self.recent_models if m != name]
-        del self.recent_models[MAX_RECENT:]
+        self.recent_models = _front(name, self.recent_models)
+
+    def add_recent_session(self, path: str) -> None:
+        """Move a session file to the front of File ▸ Open Recent Session."""
+        self.recent_sessions = _front(path, self.recent_sessions)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-serialisable fields (the file path is not stored)."""
@@ -121,6 +126,7 @@ class Settings:
             else:
                 bad.append(name)
         settings.recent_models = settings.recent_models[:MAX_RECENT]
+        settings.recent_sessions = settings.recent_sessions[:MAX_RECENT]
         if bad:
             return settings, f"Settings file {target}: invalid {', '.join(bad)}; defaults used for those."
         return settings, None
@@ -135,3 +141,8 @@ class Settings:
         except OSError as exc:
             return f"Could not save settings to {target}: {exc}"
         return None
+
+
+def _front(item: str, items: list[str]) -> list[str]:
+    """`item` first, then the others without it, at most MAX_RECENT."""
+    return [item, *(x for x in items if x != item)][:MAX_RECENT]

@@ -105,6 +105,7 @@ class WindowActions:
     open_model: QAction
     open_session: QAction
     save_session: QAction
+    recent_sessions: QMenu
     recent_menu: QMenu
     export_csv: QAction
     export_image: QAction
@@ -122,6 +123,14 @@ class WindowActions:
             action = self.recent_menu.addAction(spec)
             action.triggered.connect(lambda _=False, s=spec: self.window.load_model(s))
         self.recent_menu.setEnabled(bool(models))
+
+    def rebuild_recent_sessions(self, paths: list[str]) -> None:
+        """Refill File ▸ Open Recent Session."""
+        self.recent_sessions.clear()
+        for path in paths:
+            action = self.recent_sessions.addAction(path)
+            action.triggered.connect(lambda _=False, p=path: self.window.session_files.open(p))
+        self.recent_sessions.setEnabled(bool(paths))
 
 
 def _action(
@@ -152,6 +161,7 @@ def build_menus(window: MainWindow) -> WindowActions:
         window, "&Save Session…", files.save_dialog, SAVE_SHORTCUT, "Keep this prefill and view in a file"
     )
     file_menu.addAction(open_session)
+    recent_sessions = file_menu.addMenu("Open Recent Sessio&n")
     file_menu.addAction(save_session)
     file_menu.addSeparator()
     export_csv = _action(
@@ -204,6 +214,7 @@ def build_menus(window: MainWindow) -> WindowActions:
         open_model,
         open_session,
         save_session,
+        recent_sessions,
         recent_menu,
         export_csv,
         export_image,
@@ -215,6 +226,7 @@ def build_menus(window: MainWindow) -> WindowActions:
         window,
     )
     actions.rebuild_recent(window.settings.recent_models)
+    actions.rebuild_recent_sessions(window.settings.recent_sessions)
     return actions
 
 

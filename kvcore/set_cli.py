@@ -6,7 +6,8 @@
 Every rank loads the model once and runs its share (kvcore.set_run); rank 0 alone writes `--csv`, rewritten
 after every round, and at the end `<name>.summary.csv` / `.summary.json` (kvcore.set_summary). Problems found
 before any prompt runs (a bad JSONL line, a model that does not load on one machine) exit 2 on every rank; a
-prompt that fails is named, the others finish, and the exit status is 1.
+prompt that fails is named, the others finish, and rank 0 exits with status 1 (mlx.launch 0.32 itself always
+exits 0, and warns "Node with rank 0 exited with code 1").
 """
 
 from __future__ import annotations
@@ -144,10 +145,14 @@ def run(args: argparse.Namespace, mode: Mode, check: Callable[[Any, int], None])
             _progress(len(res.rows), total, len(res.errors), ranks.size)
 
     run_jobs(jobs, evaluate, ranks, results, lambda p: repr(items[p].id), on_round)
-    if ranks.rank != 0:
-        return 1 if results.errors else 0
-    sys.stderr.write("\n")
-    return _finish(args, mode, results, len(items), ranks)
+    status = 0
+    if ranks.rank == 0:
+        sys.stderr.write("\n")
+        status = _finish(args, mode, results, len(items), ranks)
+    # mlx.launch stops every rank as soon as one exits non-zero: no rank leaves before rank 0 has written, and
+    # only rank 0 reports the failure status (the others' rows are in its files).
+    ranks.gather(b"")
+    return status
 
 
 def _weights(session: Any, items: list[PromptItem], args: argparse.Namespace, n_configs: int) -> list[int]:

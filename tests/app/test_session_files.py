@@ -44,6 +44,10 @@ def _screen(window: MainWindow) -> dict:
         "config": window.controls.config(),
         "prompt": window.sessionPanel.promptEdit.toPlainText(),
         "view": window.heatmap.view(),
+        "chat": (
+            window.sessionPanel.chatTemplateCheck.isChecked(),
+            window.sessionPanel.systemPromptEdit.text(),
+        ),
     }
 
 
@@ -58,9 +62,9 @@ def _assert_same_screen(a: dict, b: dict) -> None:
     else:
         np.testing.assert_array_equal(a["pinned"], b["pinned"])
     assert json.dumps(a["rows"], sort_keys=True) == json.dumps(b["rows"], sort_keys=True)
-    assert {k: a[k] for k in ("columns", "metrics", "dense", "compressed", "config", "prompt", "view")} == {
-        k: b[k] for k in ("columns", "metrics", "dense", "compressed", "config", "prompt", "view")
-    }
+    assert {
+        k: a[k] for k in ("columns", "metrics", "dense", "compressed", "config", "prompt", "view", "chat")
+    } == {k: b[k] for k in ("columns", "metrics", "dense", "compressed", "config", "prompt", "view", "chat")}
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +73,7 @@ def saved(qapp, model_dirs, tmp_path_factory):
     root = tmp_path_factory.mktemp("sessions")
     window = _window(str(model_dirs["llama"]), root / "settings.json")
     window.sessionPanel.promptEdit.setPlainText(PROMPT)
+    window.sessionPanel.chatTemplateCheck.setChecked(False)
     window.prefill()
     wait_until(lambda: window.displayed_ids)
     window.controls.set_config({"method": "h2o", "ratio": 0.4, "bits": 4, "group_size": 32})
@@ -84,6 +89,7 @@ def saved(qapp, model_dirs, tmp_path_factory):
     window.session_files.save(root / "work")  # the suffix is added
     wait_until(lambda: window.session_files.last_saved is not None)
     assert window.session_files.last_saved == str(path) and path.is_file()
+    assert [a.text() for a in window.actions_.recent_sessions.actions()] == [str(path.resolve())]
     _close(window)
     return screen, path
 
@@ -99,6 +105,7 @@ def test_open_on_a_fresh_window_shows_the_same_view_with_no_forward_pass(saved, 
         QApplication.processEvents()
         _assert_same_screen(screen, _screen(window))
         assert _engine_session(window).forward_calls == 0
+        assert window.settings.recent_sessions == [str(path.resolve())]
         window.controls.set_config({"ratio": 0.5, "method": "tova"})  # and it goes on from there
         rid = window.engine.latest_id("compress")
         wait_until(lambda: window.displayed_ids and window.displayed_ids[-1] == rid)

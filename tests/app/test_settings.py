@@ -89,3 +89,18 @@ def test_chat_template_fields_are_type_checked(tmp_path):
     settings, warning = Settings.load(path)
     assert settings.chat_template is True and settings.system_prompt == ""
     assert "chat_template" in warning and "system_prompt" in warning
+
+
+def test_recent_sessions_are_checked_and_kept_in_order(tmp_path):
+    from app.settings import MAX_RECENT, Settings
+
+    path = tmp_path / "settings.json"
+    path.write_text('{"recent_sessions": [3, "a.kvlens"]}')
+    settings, warning = Settings.load(path)
+    assert settings.recent_sessions == [] and "recent_sessions" in warning
+    for i in range(MAX_RECENT + 2):
+        settings.add_recent_session(f"{i}.kvlens")
+    settings.add_recent_session("3.kvlens")
+    assert settings.recent_sessions[:2] == ["3.kvlens", f"{MAX_RECENT + 1}.kvlens"]
+    assert len(settings.recent_sessions) == MAX_RECENT
+    assert settings.save() is None and Settings.load(path)[0].recent_sessions == settings.recent_sessions

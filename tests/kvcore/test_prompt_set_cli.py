@@ -26,8 +26,8 @@ def _write_set(path: Path, bad: bool = False) -> Path:
         {"id": f"doc{i}", "prompt": CODE * (1 + i), **({"answer": " width"} if i % 2 else {})}
         for i in range(6)
     ]
-    if bad:  # longer than the model's 4,096-token context: fails when its prefill is tried
-        lines.insert(3, {"id": "too-long", "prompt": " ".join(f"v{i}" for i in range(4000))})
+    if bad:  # one token: valid JSONL, but its prefill refuses it (under 2 ranks it falls to rank 1)
+        lines.insert(3, {"id": "one-token", "prompt": "x"})
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
@@ -99,13 +99,16 @@ def test_resume_refuses_another_runs_file(full_run, model_dirs, tmp_path, capsys
     assert other.read_text() == "a,b\n1,2\n"
 
 
-def test_a_failing_prompt_is_named_the_others_finish_and_the_status_is_1(model_dirs, tmp_path, capsys):
+def test_a_failing_prompt_is_named_the_others_finish_and_the_status_is_1(
+    full_run, model_dirs, tmp_path, capsys
+):
     prompts, out = _write_set(tmp_path / "bad.jsonl", bad=True), tmp_path / "bad.csv"
     assert _sweep(model_dirs["llama"], prompts, out) == 1
     err = capsys.readouterr().err
-    assert "prompt 'too-long'" in err and "context" in err
+    assert "kvlens: error: prompt 'one-token': prompt is too short" in err
     rows = _rows(out)
-    assert len(rows) == 6 * 4 * N_ROWS_PER_PAIR and "too-long" not in {r["prompt"] for r in rows}
+    assert len(rows) == 6 * 4 * N_ROWS_PER_PAIR and "one-token" not in {r["prompt"] for r in rows}
+    assert out.read_bytes() == full_run[1].read_bytes()  # the other prompts' rows, as a run without it
 
 
 def test_probe_over_a_prompt_set_scores_recall_with_a_dense_row(model_dirs, tmp_path, capsys):
@@ -141,14 +144,20 @@ def test_probe_over_a_prompt_set_scores_recall_with_a_dense_row(model_dirs, tmp_
     shutil.which("mlx.launch", path=str(Path(sys.executable).parent)) is None, reason="no mlx.launch"
 )
 def test_two_ring_ranks_write_the_bytes_one_process_writes(full_run, model_dirs, tmp_path):
-    prompts, full = full_run
+    """The 6 × 4 set plus a prompt that fails on rank 1 (one launch, to keep the suite short): rank 0 names it
+    and writes, byte for byte, the file one process writes for the 6 × 4 set."""
+    _, full = full_run
+    prompts = _write_set(tmp_path / "bad.jsonl", bad=True)
     out = tmp_path / "ranks.csv"
     launcher = str(Path(sys.executable).parent / "mlx.launch")
     cmd = [launcher, "-n", "2", "--backend", "ring", "--", sys.executable, "-m", "app", "sweep"]
     cmd += ["--model", str(model_dirs["llama"]), "--prompts", str(prompts), *GRID, "--csv", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stderr[-2000:]  # mlx.launch exits 0 whatever its ranks return
+    assert "kvlens: error: prompt 'one-token': prompt is too short" in proc.stderr  # failed on rank 1
+    # rank 1 exits 0 (the launcher may still stop it with -15 once rank 0 has exited 1: harmless, it is done)
+    assert "rank 0 exited with code 1" in proc.stderr and "rank 1 exited with code 1" not in proc.stderr
     assert out.read_bytes() == full.read_bytes()
     for a, b in zip(summary_paths(out), summary_paths(full), strict=True):
         assert a.read_bytes() == b.read_bytes()
