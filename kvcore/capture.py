@@ -8,7 +8,9 @@ through `kvcore.attention` sees each layer's post-RoPE queries and cached keys a
   blocks of queries, so no [T, T] matrix per head is ever held at once. That costs far more than the prefill on a
   CPU (MLX's CPU `exp` runs at ~25 M/s: ~8.5 s per 32-head layer at 4k tokens), so `h2o="lazy"` only keeps each
   chunk's queries (in the model's dtype) and `LayerObservation.ensure_h2o()` computes the same sums, bit for bit,
-  the first time a method asks; the queries are dropped then. Memory until then: H_q/(2·H_kv) × the dense cache.
+  the first time a method asks; the queries are dropped then. Memory until then: H_q/(2·H_kv) × the dense cache;
+- expected_attention's pre-RoPE query statistics (`kvcore.query_stats`: rope modules tapped for the capture,
+  running mean and covariance, the mean future RoPE rotation), unless `query_stats=False`.
 
 Nothing is evaluated inside the observer: the recorded arrays are evaluated with each chunk's logits, so MLX
 schedules them with the forward pass instead of stalling once per layer.
@@ -25,6 +27,7 @@ token is exactly the one mlx-lm's `generate_step` builds (it prefills T − 1 to
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +36,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from kvcore import attention, caches
+from kvcore import query_stats as query_stats_module
 from kvcore.defaults import DEFAULT_WINDOW
 
 # Upper bound on the elements of one block of attention probabilities [H_q, block, T] (64 MiB in float32).
@@ -58,6 +62,8 @@ class LayerObservation:
     pending_queries: list[mx.array] | None = (
         None  # h2o="lazy": every chunk's queries [H_q, N, D], model dtype
     )
+    values: mx.array | None = None  # [H_kv, T, head_dim], a view of the cache
+    query_stats: query_stats_module.QueryStats | None = None  # pre-RoPE statistics (expected_attention)
 
     @property
     def n_tokens(self) -> int:
@@ -98,6 +104,9 @@ class _LayerState:
     n_q_heads: int = 0
     n_kv_heads: int = 0
     scale: float = 1.0
+    stats: query_stats_module.QueryStats | None = None
+    rope: Any = None  # the rope module the layer's queries went through (its own, for the future rotation)
+    untapped: bool = False  # some chunk's queries did not come from a tapped rope: no statistics
 
 
 @dataclass
@@ -107,9 +116,11 @@ class _Recorder:
     layer_of: dict[int, int]
     window: int
     h2o: bool | str
+    taps: query_stats_module.Taps | None = None
     states: dict[int, _LayerState] = field(default_factory=dict)
 
     def __call__(self, queries, keys, values, cache, scale, mask) -> None:
+        found = None if self.taps is None else self.taps.pre_rope(queries)
         layer = self.layer_of.get(id(cache))
         if layer is None:
             return
@@ -122,17 +133,37 @@ class _Recorder:
             state.queries.append(queries[0])
         elif self.h2o:
             state.sums = _accumulate_h2o(state.sums, q, keys[0], float(scale))
+        if self.taps is not None:
+            if found is None or state.untapped:
+                state.untapped, state.stats = True, None
+            else:
+                first = keys.shape[2] - queries.shape[2]
+                state.stats, state.rope = (
+                    query_stats_module.accumulate(state.stats, found[0][0], first),
+                    found[1],
+                )
 
     def snapshot(self) -> dict[int, _LayerState]:
         """The states as they are now (arrays are immutable: later chunks rebind, never overwrite them)."""
         return {
-            layer: _LayerState(s.tail, s.sums, list(s.queries), s.n_q_heads, s.n_kv_heads, s.scale)
+            layer: _LayerState(
+                s.tail,
+                s.sums,
+                list(s.queries),
+                s.n_q_heads,
+                s.n_kv_heads,
+                s.scale,
+                s.stats,
+                s.rope,
+                s.untapped,
+            )
             for layer, s in self.states.items()
         }
 
     def arrays(self) -> list[mx.array]:
         """What must be evaluated with each chunk (the tails, and the queries kept for lazy h2o)."""
         out = [s.tail for s in self.states.values() if s.tail is not None]
+        out += [a for s in self.states.values() if s.stats is not None for a in s.stats.arrays()]
         return out + [s.queries[-1] for s in self.states.values() if s.queries]
 
 
@@ -182,6 +213,7 @@ def prefill_with_capture(
     chunk_size: int = 2048,
     h2o: bool | str = True,
     hold_last: bool = False,
+    query_stats: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
     should_cancel: Callable[[], bool] | None = None,
 ) -> CaptureResult:
@@ -189,6 +221,7 @@ def prefill_with_capture(
 
     h2o: True computes the h2o sums now, False never, "lazy" keeps the queries so `ensure_h2o()` can on demand.
     hold_last: feed the last token alone and keep the state before it as `before_last` (module docstring).
+    query_stats: record expected_attention's pre-RoPE query statistics (False: the capture without them).
     Raises ValueError on an empty prompt or a window/chunk size below 1, `Cancelled` when `should_cancel()` says
     so between chunks, and `attention.UnsupportedArchitecture` when attention cannot be observed.
     """
@@ -204,12 +237,14 @@ def prefill_with_capture(
     attention.install(model)
     cache = make_prompt_cache(model) if cache is None else cache
     layer_of, skipped = _layer_map(cache)
-    recorder = _Recorder(layer_of, window, h2o)
+    taps = query_stats_module.Taps() if query_stats else None
+    recorder = _Recorder(layer_of, window, h2o, taps)
     total = len(ids)
     body = total - 1 if hold_last and total > 1 else total
     spans = [(a, min(a + chunk_size, body)) for a in range(0, body, chunk_size)]
     calls, logits, before_last = 0, None, None
-    with attention.observing(recorder):
+    tapping = query_stats_module.tapped(model, taps) if taps is not None else nullcontext()
+    with tapping, attention.observing(recorder):
         for a, b in spans + ([(body, total)] if body < total else []):
             if should_cancel is not None and should_cancel():
                 raise Cancelled(f"prefill cancelled after {a} of {total} tokens")
@@ -231,6 +266,8 @@ def prefill_with_capture(
             _trimmed(c, body) if i in layer_of.values() else c for i, c in enumerate(before_last.cache)
         ]
         _observe_keys(before_last, before_last.cache)
+    stats = [o.query_stats for r in (result, before_last) if r for o in r.observations if o and o.query_stats]
+    mx.eval([s.arrays() for s in stats])
     return result
 
 
@@ -272,14 +309,24 @@ def _result(
             n_kv_heads=state.n_kv_heads,
             scale=state.scale,
             pending_queries=state.queries or None,
+            query_stats=_with_rotation(state),
         )
     result = CaptureResult(cache, observations, skipped, logits, 0, 0)
     _observe_keys(result, cache)
     return result
 
 
+def _with_rotation(state: _LayerState) -> query_stats_module.QueryStats | None:
+    """The layer's statistics with the mean future rotation from its own rope module, or None."""
+    stats = state.stats
+    if stats is None or state.untapped or state.rope is None:
+        return None
+    return query_stats_module.with_rotation(stats, state.rope, stats.head.shape[1] + stats.count)
+
+
 def _observe_keys(result: CaptureResult, cache: list[Any]) -> None:
-    """Point each observation at its layer's cached keys (post-RoPE, up to the layer's offset)."""
+    """Point each observation at its layer's cached keys (post-RoPE) and values, up to the layer's offset."""
     for obs, layer_cache in zip(result.observations, cache, strict=True):
         if obs is not None and layer_cache.keys is not None:
             obs.keys = layer_cache.keys[0, :, : layer_cache.offset]
+            obs.values = layer_cache.values[0, :, : layer_cache.offset]

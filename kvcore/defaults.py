@@ -63,6 +63,11 @@ DEFAULT_CONTINUATION_TOKENS = 32
 
 #: Queries captured at prefill; a method's window can go up to this without a new prefill.
 CAPTURE_WINDOW = 256
+#: expected_attention: the first positions whose pre-RoPE queries capture keeps one by one (the statistics of the
+#: rest are running sums), so its n_sink can go up to this without a new prefill.
+QUERY_STATS_HEAD = 64
+#: expected_attention: the future query positions T … T + 511 whose RoPE rotations are averaged (kvpress).
+FUTURE_POSITIONS = 512
 
 #: `kvlens sweep` and the Sweep dock start from the same grid: three methods of different kinds, four ratios.
 DEFAULT_SWEEP_METHODS: tuple[str, ...] = ("streaming_llm", "snapkv", "h2o")

@@ -48,6 +48,7 @@ from kvcore.defaults import (
     UNQUANTIZED_BITS,
 )
 from kvcore.methods import MethodParams, available
+from kvcore.methods import get as get_method
 from kvcore.methods.base import window_attention
 from kvcore.selection import Ranking, budget_note, rank, select
 
@@ -119,6 +120,9 @@ class CompressionConfig:
             raise ValueError(f"group size must be one of {ALLOWED_GROUP_SIZES}, got {self.group_size!r}")
         if self.window > CAPTURE_WINDOW:
             raise ValueError(f"window must be at most {CAPTURE_WINDOW}, got {self.window!r}")
+        max_n_sink = get_method(self.method).max_n_sink
+        if max_n_sink is not None and self.n_sink > max_n_sink:
+            raise ValueError(f"{self.method} takes n_sink up to {max_n_sink}, got {self.n_sink!r}")
         self.params()
 
     @classmethod

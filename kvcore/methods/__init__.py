@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kvcore.methods.adakv import AdaKV
 from kvcore.methods.base import Method, MethodParams
+from kvcore.methods.expected_attention import ExpectedAttention
 from kvcore.methods.full import Full
 from kvcore.methods.h2o import H2O
 from kvcore.methods.knorm import KNorm
@@ -16,9 +17,10 @@ from kvcore.methods.tova import TOVA
 __all__ = ["Method", "MethodParams", "available", "get"]
 
 _SCORERS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (Full, StreamingLLM, SnapKV, H2O, TOVA, KNorm, Random, PyramidKV)
+    cls.name: cls
+    for cls in (Full, StreamingLLM, SnapKV, H2O, TOVA, KNorm, Random, PyramidKV, ExpectedAttention)
 }
-_ADAKV_INNER = ("snapkv", "h2o", "knorm", "random", "pyramidkv")
+_ADAKV_INNER = ("snapkv", "h2o", "knorm", "random", "pyramidkv", "expected_attention")
 
 
 def available() -> tuple[str, ...]:

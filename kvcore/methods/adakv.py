@@ -22,6 +22,7 @@ class AdaKV(Method):
         self.inner = inner
         self.needs_h2o = inner.needs_h2o
         self.budget = inner.budget
+        self.max_n_sink = inner.max_n_sink
 
     def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
         return self.inner.scores(obs, layer, params)

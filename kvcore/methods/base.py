@@ -49,6 +49,7 @@ class Method:
     shared_across_heads: ClassVar[bool] = False  # every kv-head keeps the same positions (tova)
     keeps_everything: ClassVar[bool] = False  # full: the ratio does not apply
     needs_h2o: ClassVar[bool] = False
+    max_n_sink: ClassVar[int | None] = None  # the largest n_sink the captured statistics allow (None: any)
 
     def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
         """Scores [H_kv, T], float32, higher = more worth keeping."""

@@ -1,0 +1,64 @@
+"""expected_attention (kvpress's ExpectedAttentionPress): the attention future queries are expected to pay.
+
+The first `n_sink` positions are always kept and left out. From the pre-RoPE queries of every prompt position
+after them (statistics recorded at prefill, `kvcore.query_stats`), per query head the mean μ and covariance Σ;
+R̄ = the mean of the model's own RoPE matrices at positions T … T + 511; μ' = R̄μ, Σ' = R̄ΣR̄ᵀ. For a query
+q ~ N(μ', Σ'), E[exp(q·k/√d)] = exp(k·μ'/√d + kᵀΣ'k/(2d)), so score = softmax over the non-sink keys of that
+exponent, mean over the GQA group, times ‖v‖₂ (ε = 0). Sinks score the layer's maximum + 1, as in kvpress.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import numpy as np
+
+from kvcore.capture import BLOCK_ELEMENTS, LayerObservation
+from kvcore.defaults import QUERY_STATS_HEAD
+from kvcore.methods.base import Method, MethodParams
+
+
+def expected_attention_scores(obs: LayerObservation, params: MethodParams) -> mx.array:
+    """Scores [H_kv, T] float32 (module docstring)."""
+    stats = obs.query_stats
+    if stats is None or stats.rotation is None or obs.values is None:
+        raise ValueError(
+            "expected_attention needs the pre-RoPE query statistics recorded at prefill; this layer's queries "
+            "did not pass through a `rope` module KV Lens could tap: prefill again with query_stats=True, "
+            "or choose another method for this model"
+        )
+    n_tokens, n_sink = obs.n_tokens, min(params.n_sink, obs.n_tokens)
+    if n_sink >= n_tokens:
+        return mx.ones((obs.n_kv_heads, n_tokens), mx.float32)
+    _, mean, cov = stats.moments(n_sink)
+    rot = stats.rotation
+    mean = mean @ rot.T  # [H_q, D]: R̄μ per head
+    cov = rot @ cov @ rot.T  # [H_q, D, D]
+    keys = obs.keys[:, n_sink:].astype(mx.float32)  # [H_kv, T', D]
+    n_kv, group, head_dim = obs.n_kv_heads, obs.group, keys.shape[-1]
+    mean = mean.reshape(n_kv, group, 1, head_dim)
+    cov = cov.reshape(n_kv, group, head_dim, head_dim)
+    block = max(1, BLOCK_ELEMENTS // (obs.n_q_heads * head_dim))
+    logits = []
+    for start in range(0, keys.shape[1], block):
+        k = keys[:, None, start : start + block]  # [H_kv, 1, b, D]
+        linear = (k * mean).sum(axis=-1) / math.sqrt(head_dim)
+        quadratic = ((k @ cov) * k).sum(axis=-1) / (2 * head_dim)
+        logits.append(linear + quadratic)  # [H_kv, group, b]
+    probs = mx.softmax(mx.concatenate(logits, axis=-1), axis=-1, precise=True).mean(axis=1)
+    values = obs.values[:, n_sink:].astype(mx.float32)
+    scores = probs * mx.sqrt((values * values).sum(axis=-1))
+    sinks = mx.broadcast_to(scores.max() + 1, (n_kv, n_sink))
+    return mx.concatenate([sinks, scores], axis=1)
+
+
+class ExpectedAttention(Method):
+    name = "expected_attention"
+    max_n_sink = QUERY_STATS_HEAD
+
+    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
+        return expected_attention_scores(obs, params)
+
+    def always_kept(self, n_tokens: int, params: MethodParams) -> np.ndarray:
+        return np.arange(min(params.n_sink, n_tokens))
