@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mlx.core as mx
@@ -266,8 +266,6 @@ def prefill_with_capture(
             _trimmed(c, body) if i in layer_of.values() else c for i, c in enumerate(before_last.cache)
         ]
         _observe_keys(before_last, before_last.cache)
-    stats = [o.query_stats for r in (result, before_last) if r for o in r.observations if o and o.query_stats]
-    mx.eval([s.arrays() for s in stats])
     return result
 
 
@@ -309,19 +307,19 @@ def _result(
             n_kv_heads=state.n_kv_heads,
             scale=state.scale,
             pending_queries=state.queries or None,
-            query_stats=_with_rotation(state),
+            query_stats=_finished(state),
         )
     result = CaptureResult(cache, observations, skipped, logits, 0, 0)
     _observe_keys(result, cache)
     return result
 
 
-def _with_rotation(state: _LayerState) -> query_stats_module.QueryStats | None:
-    """The layer's statistics with the mean future rotation from its own rope module, or None."""
+def _finished(state: _LayerState) -> query_stats_module.QueryStats | None:
+    """The layer's statistics, holding its rope module for the rotation computed on first use; or None."""
     stats = state.stats
     if stats is None or state.untapped or state.rope is None:
         return None
-    return query_stats_module.with_rotation(stats, state.rope, stats.head.shape[1] + stats.count)
+    return replace(stats, rope=state.rope)
 
 
 def _observe_keys(result: CaptureResult, cache: list[Any]) -> None:

@@ -59,6 +59,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"kvlens: error: {message} (see '{self.prog} --help')\n")
 
+    def format_help(self) -> str:
+        """List the method names under --method / --methods (imported only for --help: it loads MLX)."""
+        if any(a.dest in ("method", "methods") for a in self._actions):
+            from kvcore.methods import available
+
+            self.epilog = f"methods: {', '.join(available())}"
+        return super().format_help()
+
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kvlens", description="KV Lens headless engine.")

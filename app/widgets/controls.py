@@ -26,7 +26,19 @@ from kvcore.defaults import (
     UNQUANTIZED_BITS,
 )
 
-DEFAULT_METHODS = ["full", "streaming_llm", "snapkv", "h2o", "tova", "knorm", "random", "pyramidkv", "adakv"]
+DEFAULT_METHODS = [
+    "full",
+    "streaming_llm",
+    "snapkv",
+    "h2o",
+    "tova",
+    "knorm",
+    "random",
+    "pyramidkv",
+    "adakv",
+    "expected_attention",
+    "adakv-expected_attention",
+]
 BITS_STEPS = (*ALLOWED_BITS, UNQUANTIZED_BITS)
 #: Methods that fix the per-head choice: (per_head, why the box is greyed). adakv refuses shared selection.
 _PER_HEAD_FORCED = {
@@ -39,7 +51,7 @@ DEFAULTS: dict[str, Any] = dict(DEFAULT_CONFIG)
 _USES = {
     "window": {"snapkv", "pyramidkv", "adakv"},
     "kernel": {"snapkv", "pyramidkv", "adakv"},
-    "n_sink": {"streaming_llm"},
+    "n_sink": {"streaming_llm", "expected_attention", "adakv-expected_attention"},
 }
 _DISABLED_ITEM = Qt.ItemFlag.NoItemFlags
 _ENABLED_ITEM = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable

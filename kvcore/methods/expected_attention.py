@@ -22,7 +22,8 @@ from kvcore.methods.base import Method, MethodParams
 def expected_attention_scores(obs: LayerObservation, params: MethodParams) -> mx.array:
     """Scores [H_kv, T] float32 (module docstring)."""
     stats = obs.query_stats
-    if stats is None or stats.rotation is None or obs.values is None:
+    rot = None if stats is None else stats.mean_rotation()
+    if stats is None or rot is None or obs.values is None:
         raise ValueError(
             "expected_attention needs the pre-RoPE query statistics recorded at prefill; this layer's queries "
             "did not pass through a `rope` module KV Lens could tap: prefill again with query_stats=True, "
@@ -32,7 +33,6 @@ def expected_attention_scores(obs: LayerObservation, params: MethodParams) -> mx
     if n_sink >= n_tokens:
         return mx.ones((obs.n_kv_heads, n_tokens), mx.float32)
     _, mean, cov = stats.moments(n_sink)
-    rot = stats.rotation
     mean = mean @ rot.T  # [H_q, D]: R̄μ per head
     cov = rot @ cov @ rot.T  # [H_q, D, D]
     keys = obs.keys[:, n_sink:].astype(mx.float32)  # [H_kv, T', D]

@@ -208,3 +208,14 @@ def test_two_prompt_sources_are_refused_in_one_line(prompt_file, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "not allowed with argument" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("command", ["compress", "sweep"])
+def test_help_lists_every_method(command, capsys):
+    from kvcore.methods import available
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert exit_info.value.code == 0
+    assert all(name in out for name in available()) and "adakv-expected_attention" in out

@@ -169,3 +169,12 @@ def test_adakv_after_tova_selects_per_head(controls):
     assert CompressionConfig.from_dict(controls.config()).per_head
     controls.set_config({"method": "snapkv"})
     assert controls.perHeadCheck.isEnabled()
+
+
+def test_every_listed_method_is_an_engine_method(controls):
+    from kvcore.methods import available
+
+    assert set(DEFAULT_METHODS) <= set(available())
+    controls.methodCombo.setCurrentText("adakv-expected_attention")
+    assert controls.sinkSpin.isEnabled() and not controls.windowSpin.isEnabled()
+    assert controls.perHeadCheck.isChecked() and not controls.perHeadCheck.isEnabled()
