@@ -222,8 +222,9 @@ def prefill_with_capture(
     h2o: True computes the h2o sums now, False never, "lazy" keeps the queries so `ensure_h2o()` can on demand.
     hold_last: feed the last token alone and keep the state before it as `before_last` (module docstring).
     query_stats: record expected_attention's pre-RoPE query statistics (False: the capture without them).
-    Raises ValueError on an empty prompt or a window/chunk size below 1, `Cancelled` when `should_cancel()` says
-    so between chunks, and `attention.UnsupportedArchitecture` when attention cannot be observed.
+    Raises ValueError on an empty prompt, a token id outside the vocabulary or a window/chunk size below 1,
+    `Cancelled` when `should_cancel()` says so between chunks, and `attention.UnsupportedArchitecture` when
+    attention cannot be observed.
     """
     ids = list(prompt_ids)
     if not ids:
@@ -234,6 +235,7 @@ def prefill_with_capture(
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
     if h2o not in (True, False, "lazy"):
         raise ValueError(f"h2o must be True, False or 'lazy', got {h2o!r}")
+    _check_ids(ids, getattr(getattr(model, "args", None), "vocab_size", None))
     attention.install(model)
     cache = make_prompt_cache(model) if cache is None else cache
     layer_of, skipped = _layer_map(cache)
@@ -267,6 +269,19 @@ def prefill_with_capture(
         ]
         _observe_keys(before_last, before_last.cache)
     return result
+
+
+def _check_ids(ids: list[int], vocab_size: Any) -> None:
+    """Refuse ids outside the embedding table: MLX's gather does not bound-check, so such an id silently reads
+    whatever memory lies past the table (freed buffers of earlier arrays: results that change from run to run)."""
+    if not isinstance(vocab_size, int):
+        return
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise ValueError(
+            f"token id {bad} is outside the model's vocabulary (0 to {vocab_size - 1}): "
+            "encode the prompt with this model's tokenizer"
+        )
 
 
 def _prefix_cache(cache: list[Any], layer_of: dict[int, int]) -> list[Any]:

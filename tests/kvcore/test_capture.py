@@ -119,6 +119,8 @@ def test_observer_removed_when_prefill_raises_or_is_cancelled(loaded_models):
         ({"prompt_ids": []}, "prompt is empty"),
         ({"window": 0}, "window must be"),
         ({"chunk_size": 0}, "chunk_size"),
+        ({"prompt_ids": [1, 2, 10**6]}, "token id 1000000 is outside the model's vocabulary"),
+        ({"prompt_ids": [-1, 2]}, "token id -1 is outside"),
     ],
 )
 def test_bad_input_is_refused(loaded_models, kwargs, message):
