@@ -1,12 +1,13 @@
 """Session files (`.kvlens`): a prefilled session saved so that opening it later needs no forward pass.
 
 One safetensors file (never pickle) written through `kvcore.cache_io` (atomic, SHA-256 sealed): the dense
-prefilled cache, the dense decode cache, the captured observations of both schedules (window queries and h2o
-sums, computed now if they were deferred), the prefill's last-position logits, the dense continuation and its
-reference logits; the JSON header holds the model reference and fingerprint, prompt ids and text, the chat
-template choice and whatever the caller adds (`extra`: the app's current and pinned configuration, sweep
-results). Opening checks the model fingerprint and every field, and refuses a bad file with a message naming
-the part; the session is changed only once everything has been read and checked.
+prefilled cache, the dense decode cache, the captured observations of both schedules (window queries, h2o
+sums computed now if they were deferred, expected_attention's query statistics and mean future rotation), the
+prefill's last-position logits, the dense continuation and its reference logits; the JSON header holds the model
+reference and fingerprint, prompt ids and text, the chat template choice and whatever the caller adds (`extra`:
+the app's current and pinned configuration, sweep results). Opening checks the model fingerprint and every
+field, and refuses a bad file with a message naming the part; the session is changed only once everything has
+been read and checked.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from mlx_lm.models.cache import KVCache
 
 from kvcore import cache_io
 from kvcore.capture import CaptureResult, LayerObservation, _observe_keys, _trimmed
-from kvcore.defaults import CAPTURE_WINDOW, SCHEDULES
+from kvcore.defaults import CAPTURE_WINDOW, QUERY_STATS_HEAD, SCHEDULES
+from kvcore.query_stats import QueryStats
 from kvcore.session import Session
 
 FORMAT = "kvlens-session"
@@ -53,7 +55,15 @@ def _observation_arrays(capture: CaptureResult, prefix: str) -> tuple[dict[str, 
             continue
         arrays[f"{prefix}{i}.window_queries"] = obs.window_queries
         arrays[f"{prefix}{i}.h2o_sums"] = obs.ensure_h2o()
-        meta.append({"n_q_heads": obs.n_q_heads, "n_kv_heads": obs.n_kv_heads, "scale": obs.scale})
+        layer = {"n_q_heads": obs.n_q_heads, "n_kv_heads": obs.n_kv_heads, "scale": obs.scale}
+        stats = obs.query_stats
+        if stats is not None and stats.mean_rotation() is not None:  # expected_attention's statistics
+            arrays[f"{prefix}{i}.query_head"] = stats.head
+            arrays[f"{prefix}{i}.query_rotation"] = stats.rotation
+            if stats.count:
+                arrays[f"{prefix}{i}.query_mean"], arrays[f"{prefix}{i}.query_m2"] = stats.mean, stats.m2
+            layer["query_count"] = stats.count
+        meta.append(layer)
     return arrays, meta
 
 
@@ -175,8 +185,28 @@ def _observations(header: dict, arrays: dict, schedule: str, n: int, info: Any, 
         w = min(CAPTURE_WINDOW, n)
         queries = _array(arrays, prefix + "window_queries", (info.n_q_heads, w, info.head_dim), part, where)
         sums = _array(arrays, prefix + "h2o_sums", (info.n_q_heads, n), part, where)
-        out.append(LayerObservation(mx.zeros((0,)), queries, sums, *heads, scale))
+        obs = LayerObservation(mx.zeros((0,)), queries, sums, *heads, scale)
+        obs.query_stats = _query_stats(m, arrays, prefix, n, info, f"{part}: layer {i}", where)
+        out.append(obs)
     return out
+
+
+def _query_stats(
+    m: dict, arrays: dict, prefix: str, n: int, info: Any, part: str, where: Path
+) -> QueryStats | None:
+    """expected_attention's saved statistics of one layer (None if it had none), shapes checked."""
+    if "query_count" not in m:
+        return None
+    head = min(QUERY_STATS_HEAD, n)
+    count = m["query_count"]
+    if not isinstance(count, int) or isinstance(count, bool) or count != n - head:
+        raise ValueError(f"{where}: {part}: query_count must be {n - head} for {n} tokens, got {count!r}")
+    h, d = info.n_q_heads, info.head_dim
+    rows = _array(arrays, prefix + "query_head", (h, head, d), part, where)
+    rotation = _array(arrays, prefix + "query_rotation", (d, d), part, where)
+    mean = _array(arrays, prefix + "query_mean", (h, d), part, where) if count else None
+    m2 = _array(arrays, prefix + "query_m2", (h, d, d), part, where) if count else None
+    return QueryStats(rows, count, mean, m2, rotation=rotation)
 
 
 def open_session(path: str | os.PathLike, session: Session) -> tuple[dict, dict[str, np.ndarray]]:

@@ -17,6 +17,8 @@ CONFIGS = [
     CompressionConfig("h2o", 0.3, bits=4, group_size=32),
     CompressionConfig("tova", 0.4, schedule="mlx-lm"),
     CompressionConfig("pyramidkv", 0.5, per_head=True),
+    CompressionConfig("expected_attention", 0.4),
+    CompressionConfig("adakv-expected_attention", 0.3, schedule="mlx-lm"),
 ]
 
 
@@ -117,6 +119,16 @@ TAMPER = {
         "reference logits: reference.paper",
     ),
     "logits int": (None, lambda a: a.update({"logits.full": a["logits.full"].astype(mx.int32)}), "logits:"),
+    "query statistics count": (
+        lambda h: h["observations"]["paper"][1].__setitem__("query_count", 3),
+        None,
+        r"observations \(paper\): layer 1: query_count must be",
+    ),
+    "query rotation NaN": (
+        None,
+        lambda a: a.update({"obs.before.0.query_rotation": a["obs.before.0.query_rotation"] * np.nan}),
+        r"observations \(mlx-lm\): layer 0: obs.before.0.query_rotation holds NaN",
+    ),
     "skipped not an object": (lambda h: h.__setitem__("skipped", [1]), None, "skipped:"),
     "extra not an object": (lambda h: h.__setitem__("extra", "x"), None, "header:"),
     "swapped h2o sums": (
@@ -162,3 +174,37 @@ def test_nothing_to_save_before_a_prefill(model_dirs, tmp_path):
     with pytest.raises(ValueError, match="prefill a prompt first"):
         save_session(tmp_path / "x.kvlens", s)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_expected_attention_reopens_from_a_prompt_shorter_than_its_kept_queries(model_dirs, tmp_path):
+    """T below the 64 queries kept one by one (no running mean yet): the reopened session scores the same."""
+    s = Session.load(str(model_dirs["qwen3"]))
+    s.prefill(PROMPT[:30], n_tokens=2)
+    assert len(s.prompt_ids) < 64
+    path = tmp_path / "short.kvlens"
+    save_session(path, s)
+    t = _fresh(s)
+    open_session(path, t)
+    for cfg in (CompressionConfig("expected_attention", 0.5, n_sink=2), CONFIGS[-1]):
+        np.testing.assert_array_equal(s.compress(cfg).kept, t.compress(cfg).kept)
+    assert t.forward_calls == 0
+
+
+def test_a_file_without_query_statistics_opens_and_expected_attention_names_the_fix(saved, tmp_path):
+    """Files saved before the statistics were: every other method works, expected_attention says what to do."""
+    original, path = saved
+
+    def drop(header):
+        for layers in header["observations"].values():
+            for layer in layers:
+                layer.pop("query_count", None)
+
+    def drop_arrays(arrays):
+        for name in [n for n in arrays if ".query_" in n]:
+            del arrays[name]
+
+    s = _fresh(original)
+    open_session(_forged(path, tmp_path, drop, drop_arrays), s)
+    np.testing.assert_array_equal(s.compress(CONFIGS[0]).kept, original.compress(CONFIGS[0]).kept)
+    with pytest.raises(ValueError, match="query_stats=True"):
+        s.compress(CONFIGS[-2])
