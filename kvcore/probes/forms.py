@@ -58,6 +58,11 @@ REFS: tuple[Ref, ...] = (
     lambda n, o: f"{o}->{n}",
 )
 
+#: Composed references: a sigil, a bracket and an owner, each optional, so new spellings are combinations.
+SIGILS = ("", "", "", ":", "$", "@", "%", "--", "-", "&", "#", "!", "*", "~", "?")
+WRAPS = ("X", "[X]", "(X)", "<X>", '"X"', "'X'", "`X`", "{X}", "[[X]]", "{{X}}")
+OWNER_JOINS = (".", "::", "->", " ", ":")
+
 SEPARATORS = (" = ", "=", ": ", ":", " := ", " => ", " -> ", " is ", ", ", " ", "\t", " <- ", " == ")
 QUOTES = ('"', '"', "'", "", "", "`")
 FUNCS = (
@@ -106,6 +111,22 @@ CHECKS = (
     "require",
     "match",
 )
+MATCHER_CALLS = ("expect", "assert_that", "check", "verify", "should", "want", "must", "ensure", "given")
+MATCHERS = (
+    ".toBe",
+    ".toEqual",
+    ".equals",
+    ".is",
+    ".matches",
+    ".should_be",
+    ".isEqualTo",
+    ".eq",
+    ".to_equal",
+    ".contains",
+    ".same_as",
+    ".must_be",
+)
+CHAINS = ("", "", ".value", ".strip()", "[0]", ".get()", ".text", "()", ".data", ".first")
 CONTEXTS = (
     "",
     "",
@@ -125,13 +146,23 @@ CONTEXTS = (
 )
 
 
+def _ref(rng: random.Random, name: str, obj: str) -> str:
+    """The name written one of the usual ways, or composed from a sigil, a bracket and an owner."""
+    if rng.random() < 0.5:
+        return rng.choice(REFS)(name, obj)
+    ref = rng.choice(WRAPS).replace("X", rng.choice(SIGILS) + name)
+    if rng.random() < 0.4:
+        ref = obj + ("" if ref[0] in "[(" else rng.choice(OWNER_JOINS)) + ref
+    return ref
+
+
 def _binding(rng: random.Random, name: str, obj: str, value: str, q: str) -> tuple[str, str]:
     """(the binding line, the separator it used) in one of several shapes."""
     v = f"{q}{value}{q}"
     shape = rng.random()
     if shape < 0.55:
         sep = rng.choice(SEPARATORS)
-        return f"{rng.choice(REFS)(name, obj)}{sep}{v}{rng.choice(TAILS)}", sep
+        return f"{_ref(rng, name, obj)}{sep}{v}{rng.choice(TAILS)}", sep
     if shape < 0.65:
         return f'{rng.choice(FUNCS)}("{name}", {v})', ", "
     if shape < 0.75:
@@ -145,14 +176,19 @@ def _binding(rng: random.Random, name: str, obj: str, value: str, q: str) -> tup
 
 def _ask(rng: random.Random, name: str, obj: str, sep: str, q: str) -> str:
     """A question that names `name` and ends where the value is written (an opening quote, or no space)."""
-    ref = rng.choice(REFS)(name, obj)
+    ref = _ref(rng, name, obj)
     shape = rng.random()
-    if shape < 0.35:
+    if shape < 0.25:
         ask = f"{rng.choice(LEADS)}{ref} {rng.choice(COMPARATORS)} "
-    elif shape < 0.55:
+    elif shape < 0.35:
+        ask = f"{rng.choice(LEADS)}{rng.choice(MATCHER_CALLS)}({ref}){rng.choice(CHAINS)} {rng.choice(COMPARATORS)} "
+    elif shape < 0.45:
+        ask = f"{rng.choice(MATCHER_CALLS)}({ref}){rng.choice(CHAINS)}{rng.choice(MATCHERS)}("
+    elif shape < 0.58:
         ask = f"{rng.choice(CHECKS)}({ref}, "
     elif shape < 0.7:
-        ask = f"{rng.choice(('#', '//', '/*', '--', ';'))} {name}{rng.choice(SEPARATORS)}"
+        comment = rng.choice(("#", "//", "/*", "--", ";", "<!--", "%", "'"))
+        ask = f"{comment} {_ref(rng, name, obj)}{rng.choice(SEPARATORS)}"
     elif shape < 0.8:
         ask = f"{rng.choice(('print', 'echo', 'console.log', 'log.debug', 'puts'))}({ref})  # "
     else:
