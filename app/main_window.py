@@ -192,8 +192,11 @@ class MainWindow(QMainWindow):
             self._error("No model loaded", "Load a model before Prefill.")
             return None
         info = self.model_info
-        if info is not None and info.attention_sinks and self.controls.config()["bits"] is not None:
-            self._error("Quantized KV is not possible", model_checks.sinks_refusal(info.model_type))
+        refusal = info and model_checks.quantized_kv_refusal(
+            info.model_type, info.attention_sinks, bool(info.latent_rope_dim)
+        )
+        if refusal and self.controls.config()["bits"] is not None:
+            self._error("Quantized KV is not possible", refusal)
             return None
         use_template, system = self.sessionPanel.chat_template()
         rid = self.engine.submit(
