@@ -315,9 +315,15 @@ class MainWindow(QMainWindow):
         self.comparison.set_steps(None)
         self.metricsPanel.set_metrics({})
         self.statsTable.set_rows([])
+        heads = (
+            f"{info.n_q_heads} query heads sharing one latent kv-head of {info.head_dim} + "
+            f"{info.latent_rope_dim} RoPE"
+            if info.latent_rope_dim
+            else f"{info.n_q_heads} query / {info.n_kv_heads} kv-heads of {info.head_dim}"
+        )
         self.status.show(
-            f"Loaded {info.name}: {info.n_layers} layers, {info.n_q_heads} query / {info.n_kv_heads} kv-heads "
-            f"of {info.head_dim}, context {info.max_context or '?'}. Type or pick a prompt and Prefill "
+            f"Loaded {info.name}: {info.n_layers} layers, {heads}, "
+            f"context {info.max_context or '?'}. Type or pick a prompt and Prefill "
             f"({native_shortcut('Ctrl+Return')}). {cleared}".strip()
         )
 

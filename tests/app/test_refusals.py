@@ -32,6 +32,11 @@ def test_quantized_kv_the_model_cannot_run_is_a_dialog_before_prefill(qapp, tmp_
     window.show()
     try:
         wait_until(lambda: window.model_info is not None)
+        if arch == "deepseek_v3":  # the load line says what the cache holds
+            assert (
+                "4 query heads sharing one latent kv-head of 32 + 16 RoPE"
+                in window.statusBar().currentMessage()
+            )
         window.controls.bitsSlider.setValue(BITS_STEPS.index(4))
         window.sessionPanel.promptEdit.setPlainText(PROMPT)
         QTest.mouseClick(window.sessionPanel.prefillButton, Qt.MouseButton.LeftButton)
