@@ -192,8 +192,11 @@ class MainWindow(QMainWindow):
             self._error("No model loaded", "Load a model before Prefill.")
             return None
         info = self.model_info
-        if info is not None and info.attention_sinks and self.controls.config()["bits"] is not None:
-            self._error("Quantized KV is not possible", model_checks.sinks_refusal(info.model_type))
+        refusal = info and model_checks.quantized_kv_refusal(
+            info.model_type, info.attention_sinks, bool(info.latent_rope_dim)
+        )
+        if refusal and self.controls.config()["bits"] is not None:
+            self._error("Quantized KV is not possible", refusal)
             return None
         use_template, system = self.sessionPanel.chat_template()
         rid = self.engine.submit(
@@ -312,9 +315,15 @@ class MainWindow(QMainWindow):
         self.comparison.set_steps(None)
         self.metricsPanel.set_metrics({})
         self.statsTable.set_rows([])
+        heads = (
+            f"{info.n_q_heads} query heads sharing one latent kv-head of {info.head_dim} + "
+            f"{info.latent_rope_dim} RoPE"
+            if info.latent_rope_dim
+            else f"{info.n_q_heads} query / {info.n_kv_heads} kv-heads of {info.head_dim}"
+        )
         self.status.show(
-            f"Loaded {info.name}: {info.n_layers} layers, {info.n_q_heads} query / {info.n_kv_heads} kv-heads "
-            f"of {info.head_dim}, context {info.max_context or '?'}. Type or pick a prompt and Prefill "
+            f"Loaded {info.name}: {info.n_layers} layers, {heads}, "
+            f"context {info.max_context or '?'}. Type or pick a prompt and Prefill "
             f"({native_shortcut('Ctrl+Return')}). {cleared}".strip()
         )
 

@@ -8,7 +8,9 @@ Two things need more than that:
   `per_head_mask(n_queries, n_q_heads)` (bool, [1, n_q_heads or H_kv, n_queries, T_kv], causal part included)
   and it replaces the shared mask for that layer;
 - capture needs the post-RoPE queries, which `mx.fast.scaled_dot_product_attention` never returns (mlx issue
-  2590): an observer set with `observing()` sees every call on its own thread.
+  2590): an observer set with `observing()` sees every call on its own thread. A latent (MLA) layer's call is
+  shown to it in the form attention uses (`kvcore.mla`: one kv-head, queries and keys in latent space,
+  `latent=True`), not as the per-head projections mlx-lm passes.
 
 For caches without `per_head_mask` and no observer, this calls exactly what mlx-lm would.
 """
@@ -25,11 +27,14 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import base as mlx_base
 
+from kvcore import mla
+
 _NAME = "scaled_dot_product_attention"
 _ORIGINAL = "_kvlens_original_sdpa"
 _local = threading.local()
 
-Observer = Callable[[mx.array, Any, Any, Any, float, Any], None]
+#: observer(queries, keys, values, cache, scale, mask), plus `latent=True` for a latent layer (kvcore.mla).
+Observer = Callable[..., None]
 
 
 class UnsupportedArchitecture(ValueError):
@@ -48,7 +53,11 @@ def sdpa(
     """Drop-in for `mlx_lm.models.base.scaled_dot_product_attention` with per-head masks and observers."""
     observer = getattr(_local, "observer", None)
     if observer is not None:
-        observer(queries, keys, values, cache, scale, mask)
+        latent = mla.observed_form(queries, cache)
+        if latent is None:
+            observer(queries, keys, values, cache, scale, mask)
+        else:
+            observer(*latent, cache, scale, "causal", latent=True)
     per_head = getattr(cache, "per_head_mask", None)
     if per_head is not None:
         # The fast path wants the mask per query head; mlx-lm's quantized path takes it per kv-head.
@@ -128,6 +137,7 @@ def install(model: nn.Module) -> None:
             "scaled_dot_product_attention, so KV Lens cannot see or compress its cache. "
             "Use a model whose attention goes through mlx_lm.models.base (llama, qwen, mistral, phi3, gemma...)."
         )
+    mla.install(model)
     for mod in modules:
         if getattr(mod, _NAME) is not sdpa:
             setattr(mod, _ORIGINAL, getattr(mod, _NAME))
@@ -153,7 +163,9 @@ def observing(observer: Observer) -> Iterator[None]:
     """Call `observer(queries, keys, values, cache, scale, mask)` before each attention on this thread."""
     previous = getattr(_local, "observer", None)
     _local.observer = observer
+    kept = mla.start_recording()
     try:
         yield
     finally:
         _local.observer = previous
+        mla.stop_recording(kept)

@@ -14,6 +14,9 @@ Nothing is evaluated inside the observer: the recorded arrays are evaluated with
 schedules them with the forward pass instead of stalling once per layer.
 
 Keys themselves are not copied: after prefill they are read from the cache (post-RoPE, as mlx-lm stores them).
+A latent (MLA) layer is observed as attention uses it (`kvcore.mla`): one kv-head shared by every query head,
+queries `[embed_q(q_nope), q_pe]` and keys `[latent, k_pe]`, so its scores are the real attention weights over
+the cached latent rows; its keys are that concatenation of the cached latent and RoPE rows.
 Layers whose cache is not a plain mlx-lm `KVCache` (sliding window, SSM state, quantized) get no observation.
 
 `hold_last=True` feeds the prompt's last token in a forward call of its own and keeps what was observed before
@@ -32,7 +35,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-from kvcore import attention, caches
+from kvcore import attention, caches, mla
 from kvcore.defaults import DEFAULT_WINDOW
 
 # Upper bound on the elements of one block of attention probabilities [H_q, block, T] (64 MiB in float32).
@@ -49,8 +52,8 @@ class Cancelled(Exception):
 class LayerObservation:
     """What one plain-KVCache layer saw during prefill; every array is float32 except `keys` (cache dtype)."""
 
-    keys: mx.array  # [H_kv, T, head_dim], post-RoPE, a view of the cache
-    window_queries: mx.array  # [H_q, w, head_dim], post-RoPE, w = min(window, T)
+    keys: mx.array  # [H_kv, T, head_dim], post-RoPE, a view of the cache (latent: [1, T, r+p], a copy)
+    window_queries: mx.array  # [H_q, w, head_dim], post-RoPE, w = min(window, T) (latent: head_dim r+p)
     h2o_sums: mx.array | None  # [H_q, T]: column sums of causal softmax attention over all T prompt queries
     n_q_heads: int
     n_kv_heads: int
@@ -58,6 +61,7 @@ class LayerObservation:
     pending_queries: list[mx.array] | None = (
         None  # h2o="lazy": every chunk's queries [H_q, N, D], model dtype
     )
+    latent: bool = False  # an MLA layer observed in latent space (kvcore.mla)
 
     @property
     def n_tokens(self) -> int:
@@ -98,6 +102,7 @@ class _LayerState:
     n_q_heads: int = 0
     n_kv_heads: int = 0
     scale: float = 1.0
+    latent: bool = False
 
 
 @dataclass
@@ -109,11 +114,12 @@ class _Recorder:
     h2o: bool | str
     states: dict[int, _LayerState] = field(default_factory=dict)
 
-    def __call__(self, queries, keys, values, cache, scale, mask) -> None:
+    def __call__(self, queries, keys, values, cache, scale, mask, latent=False) -> None:
         layer = self.layer_of.get(id(cache))
         if layer is None:
             return
         state = self.states.setdefault(layer, _LayerState())
+        state.latent = latent
         q = queries[0].astype(mx.float32)  # [H_q, N, D]
         state.n_q_heads, state.n_kv_heads, state.scale = q.shape[0], keys.shape[1], float(scale)
         tail = q if state.tail is None else mx.concatenate([state.tail, q], axis=1)
@@ -126,7 +132,7 @@ class _Recorder:
     def snapshot(self) -> dict[int, _LayerState]:
         """The states as they are now (arrays are immutable: later chunks rebind, never overwrite them)."""
         return {
-            layer: _LayerState(s.tail, s.sums, list(s.queries), s.n_q_heads, s.n_kv_heads, s.scale)
+            layer: _LayerState(s.tail, s.sums, list(s.queries), s.n_q_heads, s.n_kv_heads, s.scale, s.latent)
             for layer, s in self.states.items()
         }
 
@@ -272,6 +278,7 @@ def _result(
             n_kv_heads=state.n_kv_heads,
             scale=state.scale,
             pending_queries=state.queries or None,
+            latent=state.latent,
         )
     result = CaptureResult(cache, observations, skipped, logits, 0, 0)
     _observe_keys(result, cache)
@@ -282,4 +289,6 @@ def _observe_keys(result: CaptureResult, cache: list[Any]) -> None:
     """Point each observation at its layer's cached keys (post-RoPE, up to the layer's offset)."""
     for obs, layer_cache in zip(result.observations, cache, strict=True):
         if obs is not None and layer_cache.keys is not None:
-            obs.keys = layer_cache.keys[0, :, : layer_cache.offset]
+            obs.keys = (
+                mla.cached_keys(layer_cache) if obs.latent else layer_cache.keys[0, :, : layer_cache.offset]
+            )

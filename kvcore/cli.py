@@ -343,9 +343,9 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
 
         if rank == 0:  # rank 0 alone writes: another machine need not have the folder
             _check_output(args.csv)
-        check_group_size(configs, session.info.head_dim)
-        for cfg in configs:
+        for cfg in configs:  # the model's own refusals (sinks, latent attention) before the group size
             session.check_config(cfg)
+        check_group_size(configs, session.info.head_dim)
         if args.system_prompt is not None and not session.has_chat_template:
             raise UsageError(f"--system-prompt: the tokenizer of {session.info.name} has no chat template")
 
@@ -379,12 +379,12 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
     from kvcore.sweep import check_group_size
 
     session = Session.load(_session_model(args))
+    for cfg in configs:  # every refusal (attention sinks, latent attention, group size) before the prefill
+        session.check_config(cfg)
     try:
         check_group_size(configs, session.info.head_dim)
     except ValueError as exc:
         raise UsageError(f"--group-size: {exc}") from None
-    for cfg in configs:  # every other refusal (attention sinks) before the prefill
-        session.check_config(cfg)
     if args.system_prompt is not None and not session.has_chat_template:
         raise UsageError(
             f"--system-prompt: the tokenizer of {session.info.name} has no chat template to put it in; "

@@ -48,6 +48,7 @@ from kvcore.defaults import (
     UNQUANTIZED_BITS,
 )
 from kvcore.methods import MethodParams, available
+from kvcore.methods.adakv import AdaKV
 from kvcore.methods.base import window_attention
 from kvcore.selection import Ranking, budget_note, rank, select
 
@@ -425,8 +426,12 @@ class Session:
         """Refuse a config this model cannot run, before any work (the CLI calls it before the prefill)."""
         if config.bits is None:
             return
-        if self.info.attention_sinks:
-            raise ValueError(model_checks.sinks_refusal(self.info.model_type))
+        info = self.info
+        refusal = model_checks.quantized_kv_refusal(
+            info.model_type, info.attention_sinks, bool(info.latent_rope_dim)
+        )
+        if refusal is not None:
+            raise ValueError(refusal)
         if self.info.head_dim % config.group_size:
             raise ValueError(
                 f"group size {config.group_size} does not divide head_dim {self.info.head_dim}: "
@@ -467,12 +472,21 @@ class Session:
             recompress_ms=recompress_ms,
             not_compressible=fixed,
             bytes_not_compressible=caches.cache_tensor_bytes([observed.cache[i] for i in fixed]),
-            budget_note=budget_note(ranking, config.ratio),
+            budget_note=self._latent_note(ranking) or budget_note(ranking, config.ratio),
         )
         if config.bits is not None:
             state.quant_error, state.quant_rmse = self._quant_error(state)
         state.stats_rows = self._stats_rows(state)
         return state
+
+    def _latent_note(self, ranking: Ranking) -> str | None:
+        """Why a per-head budget rule (adakv) keeps its scorer's top positions on a latent (MLA) model."""
+        if not self.info.latent_rope_dim or not isinstance(ranking.method, AdaKV):
+            return None
+        return (
+            f"{ranking.method.name}: {self.info.model_type}'s latent cache has one kv-head shared by all "
+            f"{self.info.n_q_heads} query heads, so per-head budgets are one shared selection"
+        )
 
     def _quantized_dense(
         self, bits: int, group_size: int, schedule: str, value_bits: int | None = None
