@@ -20,6 +20,7 @@ from app.engine_thread import EngineThread, JobFailure, JobResult
 from app.needles import NeedleController
 from app.pinning import PinController
 from app.plot_exports import ask_image_path, export_plot, export_rows
+from app.results_files import ResultsFiles
 from app.session_files import OPEN, SAVE, SessionFiles
 from app.settings import Settings
 from app.sweeping import SweepController
@@ -97,6 +98,7 @@ class MainWindow(QMainWindow):
         self.sweeping = SweepController(self)
         self.needles = NeedleController(self)
         self.session_files = SessionFiles(self)
+        self.results_files = ResultsFiles(self)
         self.actions_ = build_menus(self)
         self.pinning = PinController(self)
         self._guard = ArrowKeyGuard(self)

@@ -56,6 +56,7 @@ _CHECKS = {
     "geometry": lambda v: isinstance(v, str) and len(v) <= 65536 and _BASE64.fullmatch(v) is not None,
     "recent_models": lambda v: isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v),
     "recent_sessions": lambda v: isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v),
+    "recent_results": lambda v: isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v),
     "last_prompt": lambda v: isinstance(v, str),
     "last_method": lambda v: isinstance(v, str) and bool(v),
     "last_ratio": _is_ratio,
@@ -76,6 +77,7 @@ class Settings:
     geometry: str = ""
     recent_models: list[str] = field(default_factory=list)
     recent_sessions: list[str] = field(default_factory=list)  # .kvlens files saved or opened, newest first
+    recent_results: list[str] = field(default_factory=list)  # prompt-set results files opened, newest first
     last_prompt: str = ""
     last_method: str = DEFAULT_METHOD
     last_ratio: float = DEFAULT_RATIO
@@ -94,6 +96,10 @@ class Settings:
     def add_recent_session(self, path: str) -> None:
         """Move a session file to the front of File ▸ Open Recent Session."""
         self.recent_sessions = _front(path, self.recent_sessions)
+
+    def add_recent_results(self, path: str) -> None:
+        """Move a results file to the front of File ▸ Open Recent Results."""
+        self.recent_results = _front(path, self.recent_results)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-serialisable fields (the file path is not stored)."""
@@ -127,6 +133,7 @@ class Settings:
                 bad.append(name)
         settings.recent_models = settings.recent_models[:MAX_RECENT]
         settings.recent_sessions = settings.recent_sessions[:MAX_RECENT]
+        settings.recent_results = settings.recent_results[:MAX_RECENT]
         if bad:
             return settings, f"Settings file {target}: invalid {', '.join(bad)}; defaults used for those."
         return settings, None

@@ -321,9 +321,14 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
     from kvcore import set_cli
 
     if getattr(args, "plot", None) is not None:
-        raise UsageError(
-            "--plot draws one prompt's sweep: drop it with --prompts (the summary CSV has the points)"
-        )
+        from kvcore.set_results import FRONTIER_KEYS
+
+        _check_plot(args.plot, plot_writer)
+        if args.metric not in FRONTIER_KEYS.values():
+            raise UsageError(
+                f"--metric {args.metric}: a prompt-set summary has no {args.metric}; choose one of "
+                f"{', '.join(k for k in FRONTIER_KEYS.values() if k != 'needle_recall')}"
+            )
     if args.resume and args.csv is None:
         raise UsageError("--resume needs --csv: the file whose rows are kept")
     if args.system_prompt is not None and not args.chat_template:
@@ -349,7 +354,7 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
         if args.system_prompt is not None and not session.has_chat_template:
             raise UsageError(f"--system-prompt: the tokenizer of {session.info.name} has no chat template")
 
-    return set_cli.run(args, mode, check)
+    return set_cli.run(args, mode, check, plot_writer)
 
 
 def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
@@ -360,13 +365,10 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
         raise UsageError(
             "--system-prompt needs the chat template: drop --no-chat-template or --system-prompt"
         )
-    for out in (args.csv, getattr(args, "positions", None), getattr(args, "plot", None)):
+    for out in (args.csv, getattr(args, "positions", None)):
         _check_output(out)
     if getattr(args, "plot", None) is not None:
-        if args.plot.suffix.lower() not in (".png", ".svg"):
-            raise UsageError(f"--plot {args.plot}: write a .png or .svg file")
-        if plot_writer is None:
-            raise UsageError("--plot draws with Qt: run it as 'kvlens sweep …' (python -m app sweep …)")
+        _check_plot(args.plot, plot_writer)
     if args.command == "compress":
         key_bits = args.bits if args.key_bits is None else args.key_bits
         configs = [_config(args, args.method, args.ratio, key_bits, args.value_bits)]
@@ -401,6 +403,15 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
     if args.command == "compress":
         return _compress(args, session, configs[0])
     return _sweep(args, session, configs, plot_writer)
+
+
+def _check_plot(path: Path, plot_writer: PlotWriter | None) -> None:
+    """--plot: a writable .png or .svg, and the Qt writer of the `kvlens` entry point to draw it."""
+    _check_output(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise UsageError(f"--plot {path}: write a .png or .svg file")
+    if plot_writer is None:
+        raise UsageError("--plot draws with Qt: run it as 'kvlens sweep …' (python -m app sweep …)")
 
 
 def _session_model(args: argparse.Namespace) -> str:

@@ -69,11 +69,13 @@ PROMPT_SWEEP_COLUMNS: tuple[str, ...] = (
     "recalled",
 )
 #: What a prompt-set summary reports per configuration: the row column each summary metric is taken from.
+#: compression_ratio (compressed / dense bytes, per prompt) is the memory axis a frontier of the summary needs.
 SET_METRICS: dict[str, str] = {
     "kl": "kl_mean",
     "agreement": "agreement",
     "nll_delta": "nll_delta",
     "recall": "recalled",
+    "compression_ratio": "compression_ratio",
 }
 #: One row per configuration of a prompt-set run, the same columns for `sweep` and `probe` (a metric that mode
 #: does not measure is empty): how many prompts, then each metric's mean and bootstrap interval over prompts.

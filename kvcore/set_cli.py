@@ -17,12 +17,15 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.export import CONFIG_COLUMNS, PROMPT_SWEEP_COLUMNS, SET_SUMMARY_COLUMNS, write_csv, write_json
 from kvcore.prompt_sets import PromptItem, load_prompts, set_digest
 from kvcore.set_run import Job, Records, SetResults, encode_rows, read_records, run_jobs, write_records
+
+if TYPE_CHECKING:
+    from kvcore.cli import PlotWriter
 
 #: A mode's work on one prefilled-or-not prompt: (configuration index, row dicts) per configuration.
 ModeRun = Callable[[Any, PromptItem, tuple[int, ...]], Iterator[tuple[int, list[dict[str, Any]]]]]
@@ -95,9 +98,14 @@ def summary_paths(csv_path: Path) -> tuple[Path, Path]:
     return csv_path.with_suffix(".summary.csv"), csv_path.with_suffix(".summary.json")
 
 
-def run(args: argparse.Namespace, mode: Mode, check: Callable[[Any, int], None]) -> int:
+def run(
+    args: argparse.Namespace,
+    mode: Mode,
+    check: Callable[[Any, int], None],
+    plot_writer: PlotWriter | None = None,
+) -> int:
     """Load, agree across ranks, run, write (rank 0). `check(session, rank)` refuses bad configurations and,
-    on rank 0, a bad output path (ValueError)."""
+    on rank 0, a bad output path (ValueError). `plot_writer` draws `--plot` from the summary (rank 0)."""
     from kvcore.distributed import Ranks
 
     ranks = Ranks()
@@ -148,7 +156,7 @@ def run(args: argparse.Namespace, mode: Mode, check: Callable[[Any, int], None])
     status = 0
     if ranks.rank == 0:
         sys.stderr.write("\n")
-        status = _finish(args, mode, results, len(items), ranks)
+        status = _finish(args, mode, results, len(items), ranks, plot_writer)
     # mlx.launch stops every rank as soon as one exits non-zero: no rank leaves before rank 0 has written, and
     # only rank 0 reports the failure status (the others' rows are in its files).
     ranks.gather(b"")
@@ -224,7 +232,14 @@ def _progress(done: int, total: int, failed: int, size: int) -> None:
     sys.stderr.flush()
 
 
-def _finish(args: argparse.Namespace, mode: Mode, results: SetResults, n_prompts: int, ranks: Any) -> int:
+def _finish(
+    args: argparse.Namespace,
+    mode: Mode,
+    results: SetResults,
+    n_prompts: int,
+    ranks: Any,
+    plot_writer: PlotWriter | None,
+) -> int:
     from kvcore.set_summary import summary_rows
 
     records = results.records()
@@ -235,13 +250,37 @@ def _finish(args: argparse.Namespace, mode: Mode, results: SetResults, n_prompts
         csv_path, json_path = summary_paths(args.csv)
         write_csv(csv_path, summary, SET_SUMMARY_COLUMNS)
         write_json(json_path, _summary_json(summary))
+    plotted = _plot(args, summary, plot_writer)
     _print_summary(summary)
     moved = f"; {ranks.bytes_moved} bytes moved between {ranks.size} ranks" if ranks.size > 1 else ""
-    written = f" written to {args.csv}" if args.csv is not None else ""
+    outputs = [str(p) for p in (args.csv, plotted) if p is not None]
+    written = f" written to {', '.join(outputs)}" if outputs else ""
     print(f"{n_prompts} prompts × {len(mode.cells)} configurations; {len(records)} rows{written}{moved}")
     for message in results.errors.values():
         print(f"kvlens: error: {' '.join(message.split())}", file=sys.stderr)
-    return 1 if results.errors else 0
+    unplotted = getattr(args, "plot", None) is not None and plotted is None
+    return 1 if results.errors or unplotted else 0
+
+
+def _plot(
+    args: argparse.Namespace,
+    summary: list[dict[str, Any]],
+    plot_writer: PlotWriter | None,
+) -> Path | None:
+    """`--plot`: the summary's frontier (one point per configuration at its mean, its interval as an error bar).
+    Nothing to draw (every prompt failed) is said on stderr; the run's status already reports the failures."""
+    path = getattr(args, "plot", None)
+    if path is None or plot_writer is None:
+        return None
+    from kvcore.set_results import points_from_summary
+
+    try:
+        points = points_from_summary(summary)
+    except ValueError as exc:
+        print(f"kvlens: error: --plot {path} not written: {exc}", file=sys.stderr)
+        return None
+    plot_writer(points, path, args.metric)
+    return path
 
 
 def _summary_json(summary: list[dict[str, Any]]) -> dict[str, Any]:
@@ -274,4 +313,6 @@ def _print_summary(summary: list[dict[str, Any]]) -> None:
             for name in ("kl", "agreement", "nll_delta", "recall")
             if row[f"{name}_mean"] is not None
         ]
+        if row["compression_ratio_mean"] is not None:
+            parts.append(f"memory {100 * row['compression_ratio_mean']:.1f} % of dense")
         print(f"{label:>36} ({row['prompts']} prompts): {'; '.join(parts)}")
