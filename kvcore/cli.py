@@ -452,7 +452,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                 "method": cfg.method,
                 "schedule": cfg.schedule,
                 "ratio": cfg.ratio,
-                "bits": cfg.bits or UNQUANTIZED_BITS,
+                "key_bits": cfg.bits or UNQUANTIZED_BITS,
                 "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
                 "layers": [
                     {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
@@ -466,7 +466,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                     "method": cfg.method,
                     "schedule": cfg.schedule,
                     "ratio": cfg.ratio,
-                    "bits": cfg.bits or UNQUANTIZED_BITS,
+                    "key_bits": cfg.bits or UNQUANTIZED_BITS,
                     "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
                     **summary,
                 }

@@ -570,7 +570,7 @@ class Session:
                         "method": cfg.method,
                         "schedule": cfg.schedule,
                         "retention_ratio": cfg.ratio,
-                        "bits": cfg.bits or UNQUANTIZED_BITS,
+                        "key_bits": cfg.bits or UNQUANTIZED_BITS,
                         "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
                         "group_size": cfg.group_size if cfg.bits else "",
                         "layer": layer,

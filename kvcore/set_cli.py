@@ -268,7 +268,7 @@ def _summary_json(summary: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _print_summary(summary: list[dict[str, Any]]) -> None:
     for row in summary:
-        label = f"{row['method']} r={row['retention_ratio']} bits={row['bits']}"
+        label = f"{row['method']} r={row['retention_ratio']} bits=K{row['key_bits']}/V{row['value_bits']}"
         parts = [
             f"{name} {row[f'{name}_mean']:.4g} [{row[f'{name}_low']:.4g}, {row[f'{name}_high']:.4g}]"
             for name in ("kl", "agreement", "nll_delta", "recall")

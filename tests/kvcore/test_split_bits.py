@@ -60,7 +60,7 @@ def test_k8v4_bytes_equal_an_independent_count(session, ratio, per_head):
     same = session.compress(CompressionConfig("snapkv", ratio, bits=8, group_size=group, per_head=per_head))
     assert state.bytes_compressed < same.bytes_compressed
     rows = state.stats_rows
-    assert {(r["bits"], r["value_bits"]) for r in rows} == {(8, 4)}
+    assert {(r["key_bits"], r["value_bits"]) for r in rows} == {(8, 4)}
 
 
 def test_k8v4_sits_between_k8v8_and_k4v4_in_kl(session):
