@@ -192,7 +192,7 @@ class MainWindow(QMainWindow):
             self._error("No model loaded", "Load a model before Prefill.")
             return None
         info = self.model_info
-        if info is not None and info.attention_sinks and self.controls.config()["bits"] is not None:
+        if info is not None and info.attention_sinks and self.controls.quantized():
             self._error("Quantized KV is not possible", model_checks.sinks_refusal(info.model_type))
             return None
         use_template, system = self.sessionPanel.chat_template()

@@ -25,6 +25,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import base as mlx_base
 
+from kvcore.defaults import UNQUANTIZED_BITS
+
 _NAME = "scaled_dot_product_attention"
 _ORIGINAL = "_kvlens_original_sdpa"
 _local = threading.local()
@@ -80,7 +82,8 @@ def split_quantized_sdpa(
 
     Same steps as `mlx_lm.models.base.quantized_scaled_dot_product_attention`: scores from the packed keys,
     the mask (string "causal" aligned bottom-right, bool or additive, per kv-head), a precise softmax, then the
-    weighted sum of the packed values; only the two `bits` differ.
+    weighted sum of the packed values; only the two `bits` differ. A side of width 16 (UNQUANTIZED_BITS) is one
+    float array and goes through a plain matmul.
     """
     B, n_q_heads, L, D = queries.shape
     n_kv_heads = q_keys[0].shape[-3]
@@ -90,7 +93,7 @@ def split_quantized_sdpa(
         queries = mx.reshape(queries, (B, n_kv_heads, n_repeats, L, D))
         q_keys = tuple(mx.expand_dims(x, axis=-3) for x in q_keys)
         q_values = tuple(mx.expand_dims(x, axis=-3) for x in q_values)
-    scores = mx.quantized_matmul(queries, *q_keys, transpose=True, group_size=group_size, bits=key_bits)
+    scores = _matmul(queries, q_keys, True, group_size, key_bits)
     if mask is not None:
         if isinstance(mask, str):
             q_len, k_len = scores.shape[-2:]
@@ -102,10 +105,20 @@ def split_quantized_sdpa(
         else:
             scores = scores + mask
     scores = mx.softmax(scores, axis=-1, precise=True)
-    out = mx.quantized_matmul(scores, *q_values, transpose=False, group_size=group_size, bits=value_bits)
+    out = _matmul(scores, q_values, False, group_size, value_bits)
     if n_repeats > 1:
         out = mx.reshape(out, (B, n_q_heads, L, D))
     return out
+
+
+def _matmul(
+    x: mx.array, parts: tuple[mx.array, ...], transpose: bool, group_size: int, bits: int
+) -> mx.array:
+    """x @ stored side (transposed for keys): packed parts through quantized_matmul, a float array as it is."""
+    if bits == UNQUANTIZED_BITS:
+        w = parts[0]
+        return x @ (mx.swapaxes(w, -1, -2) if transpose else w)
+    return mx.quantized_matmul(x, *parts, transpose=transpose, group_size=group_size, bits=bits)
 
 
 def _attention_modules(model: nn.Module) -> list[Any]:

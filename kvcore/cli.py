@@ -103,11 +103,16 @@ def _parser() -> argparse.ArgumentParser:
             s.add_argument(
                 "--bits", type=int, default=UNQUANTIZED_BITS, help=f"keys and values: {_BITS_HELP}"
             )
-            s.add_argument("--key-bits", type=int, help="the keys' width (overrides --bits for keys)")
+            s.add_argument(
+                "--key-bits",
+                type=int,
+                help="the keys' width (overrides --bits for keys; 16 keeps them float)",
+            )
             s.add_argument(
                 "--value-bits",
                 type=int,
-                help="the values' width (default: the keys'), e.g. --key-bits 8 --value-bits 4",
+                help="the values' width (default: the keys'), e.g. --key-bits 8 --value-bits 4; "
+                "16 keeps them float (--key-bits 4 --value-bits 16, or --key-bits 16 --value-bits 4)",
             )
             s.add_argument("--positions", type=Path, help="kept positions as JSON")
             s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
@@ -276,20 +281,14 @@ def _config(
     from kvcore.session import CompressionConfig
 
     if bits != UNQUANTIZED_BITS and bits not in ALLOWED_BITS:
-        raise UsageError(f"--bits {bits}: allowed are {_BITS_HELP}")
+        raise UsageError(f"--bits/--key-bits {bits}: allowed are {_BITS_HELP}")
     if value_bits is not None and value_bits != UNQUANTIZED_BITS and value_bits not in ALLOWED_BITS:
         raise UsageError(f"--value-bits {value_bits}: allowed are {_BITS_HELP}")
-    if value_bits not in (None, UNQUANTIZED_BITS) and bits == UNQUANTIZED_BITS:
-        raise UsageError(f"--value-bits {value_bits} needs quantized keys: set --bits/--key-bits too")
-    if value_bits == UNQUANTIZED_BITS and bits != UNQUANTIZED_BITS:
-        raise UsageError(
-            "--value-bits 16 with quantized keys is not supported: values are packed with the keys"
-        )
     return CompressionConfig(
         method=method,
         ratio=ratio,
         bits=None if bits == UNQUANTIZED_BITS else bits,
-        value_bits=None if value_bits in (None, UNQUANTIZED_BITS, bits) else value_bits,
+        value_bits=value_bits,
         group_size=args.group_size,
         per_head=not args.shared,
         window=args.window,
@@ -452,8 +451,8 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                 "method": cfg.method,
                 "schedule": cfg.schedule,
                 "ratio": cfg.ratio,
-                "key_bits": cfg.bits or UNQUANTIZED_BITS,
-                "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
+                "key_bits": cfg.widths[0],
+                "value_bits": cfg.widths[1],
                 "layers": [
                     {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
                 ],
@@ -466,8 +465,8 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                     "method": cfg.method,
                     "schedule": cfg.schedule,
                     "ratio": cfg.ratio,
-                    "key_bits": cfg.bits or UNQUANTIZED_BITS,
-                    "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
+                    "key_bits": cfg.widths[0],
+                    "value_bits": cfg.widths[1],
                     **summary,
                 }
             )
@@ -480,9 +479,8 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
 def _progress(done: int, total: int, cfg: Any) -> None:
     width = 30
     filled = int(width * done / total)
-    bits = f"{cfg.bits or UNQUANTIZED_BITS}"
-    if cfg.packed_value_bits not in (None, cfg.bits):
-        bits += f"/{cfg.packed_value_bits}"
+    key_bits, value_bits = cfg.widths
+    bits = f"{key_bits}" if key_bits == value_bits else f"{key_bits}/{value_bits}"
     sys.stderr.write(
         f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {cfg.method} r={cfg.ratio:g} bits={bits}  "
     )

@@ -72,10 +72,11 @@ __all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", 
 
 @dataclass(frozen=True)
 class CompressionConfig:
-    """One point in the space the sliders span. bits None means unquantized (the UI's 16).
+    """One point in the space the sliders span. bits None means unquantized keys (the UI's 16).
 
-    `bits` is the keys' width and `value_bits` the values' (None: the same as `bits`), so 8-bit keys with 4-bit
-    values is `bits=8, value_bits=4`; values cannot be packed while keys stay unquantized.
+    `bits` is the keys' width and `value_bits` the values' (None: the same as `bits`; 16: unquantized), so 8-bit
+    keys with 4-bit values is `bits=8, value_bits=4`, float keys with 4-bit values `bits=None, value_bits=4` and
+    4-bit keys with float values `bits=4, value_bits=16`. A value width equal to the keys' is stored as None.
     """
 
     method: str = DEFAULT_METHOD
@@ -96,8 +97,19 @@ class CompressionConfig:
 
     @property
     def packed_value_bits(self) -> int | None:
-        """The values' width as stored: `value_bits`, or `bits` when it is None."""
-        return self.bits if self.value_bits is None else self.value_bits
+        """The values' packed width: `value_bits`, or `bits` when it is None; None when values stay float."""
+        bits = self.bits if self.value_bits is None else self.value_bits
+        return None if bits == UNQUANTIZED_BITS else bits
+
+    @property
+    def quantized(self) -> bool:
+        """Whether keys or values (or both) are packed."""
+        return self.bits is not None or self.packed_value_bits is not None
+
+    @property
+    def widths(self) -> tuple[int, int]:
+        """(key width, value width) as the caches take them, 16 for a float side."""
+        return self.bits or UNQUANTIZED_BITS, self.packed_value_bits or UNQUANTIZED_BITS
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -110,11 +122,13 @@ class CompressionConfig:
             raise ValueError(
                 f"bits must be one of {ALLOWED_BITS} or {UNQUANTIZED_BITS} (unquantized), got {self.bits!r}"
             )
-        if self.value_bits is not None and (self.value_bits not in ALLOWED_BITS or self.bits is None):
+        if self.value_bits is not None and self.value_bits not in (*ALLOWED_BITS, UNQUANTIZED_BITS):
             raise ValueError(
-                f"value bits must be one of {ALLOWED_BITS} with quantized keys, or {UNQUANTIZED_BITS}/None "
+                f"value bits must be one of {ALLOWED_BITS}, {UNQUANTIZED_BITS} (unquantized) or None "
                 f"(the keys' width), got value_bits={self.value_bits!r} with bits={self.bits!r}"
             )
+        if self.value_bits == (self.bits or UNQUANTIZED_BITS):
+            object.__setattr__(self, "value_bits", None)  # one spelling per setting: equal widths are None
         if self.group_size not in ALLOWED_GROUP_SIZES:
             raise ValueError(f"group size must be one of {ALLOWED_GROUP_SIZES}, got {self.group_size!r}")
         if self.window > CAPTURE_WINDOW:
@@ -126,8 +140,6 @@ class CompressionConfig:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         if known.get("bits") == UNQUANTIZED_BITS:
             known["bits"] = None
-        if known.get("value_bits") in (UNQUANTIZED_BITS, known.get("bits")):
-            known["value_bits"] = None
         return cls(**known)
 
     def to_dict(self) -> dict[str, Any]:
@@ -423,7 +435,7 @@ class Session:
 
     def check_config(self, config: CompressionConfig) -> None:
         """Refuse a config this model cannot run, before any work (the CLI calls it before the prefill)."""
-        if config.bits is None:
+        if not config.quantized:
             return
         if self.info.attention_sinks:
             raise ValueError(model_checks.sinks_refusal(self.info.model_type))
@@ -442,11 +454,9 @@ class Session:
         ranking = self.ranking(config)
         selection = select(ranking, config.ratio, per_head=config.per_head)
         source = (
-            observed.cache
-            if config.bits is None
-            else self._quantized_dense(
-                config.bits, config.group_size, config.schedule, config.packed_value_bits
-            )
+            self._quantized_dense(*config.widths, config.group_size, config.schedule)
+            if config.quantized
+            else observed.cache
         )
         cache = caches.select_positions(source, selection, validate=False)  # valid by construction
         recompress_ms = (time.perf_counter() - start) * 1e3
@@ -469,15 +479,13 @@ class Session:
             bytes_not_compressible=caches.cache_tensor_bytes([observed.cache[i] for i in fixed]),
             budget_note=budget_note(ranking, config.ratio),
         )
-        if config.bits is not None:
+        if config.quantized:
             state.quant_error, state.quant_rmse = self._quant_error(state)
         state.stats_rows = self._stats_rows(state)
         return state
 
-    def _quantized_dense(
-        self, bits: int, group_size: int, schedule: str, value_bits: int | None = None
-    ) -> list[Any]:
-        """The whole prefilled cache packed at (bits, group_size), kept for the last pair asked for.
+    def _quantized_dense(self, bits: int, value_bits: int, group_size: int, schedule: str) -> list[Any]:
+        """The whole prefilled cache packed at (key bits, value bits, group_size), kept for the last one asked for.
 
         mx.quantize packs each row on its own, so gathering packed rows equals packing gathered rows, bit for bit;
         packing once per bit width turns every later ratio move into a gather of packed rows, which is ~3x
@@ -524,8 +532,8 @@ class Session:
                 continue
             dk, dv = dense.keys[0, :, : dense.offset], dense.values[0, :, : dense.offset]
             qk, qv = comp.keys_and_values()
-            deq_k = mx.dequantize(*qk, group_size=comp.group_size, bits=comp.bits)[0].astype(mx.float32)
-            deq_v = mx.dequantize(*qv, group_size=comp.group_size, bits=comp.value_bits)[0].astype(mx.float32)
+            deq_k = caches.dequantized(qk, comp.group_size, comp.bits)[0].astype(mx.float32)
+            deq_v = caches.dequantized(qv, comp.group_size, comp.value_bits)[0].astype(mx.float32)
             pos = _positions_matrix(comp, T)  # [H, n_rows] with -1 for padding
             safe = mx.array(np.maximum(pos, 0))
             ref_k = mx.take_along_axis(dk.astype(mx.float32), safe[..., None], axis=1)
@@ -570,9 +578,9 @@ class Session:
                         "method": cfg.method,
                         "schedule": cfg.schedule,
                         "retention_ratio": cfg.ratio,
-                        "key_bits": cfg.bits or UNQUANTIZED_BITS,
-                        "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
-                        "group_size": cfg.group_size if cfg.bits else "",
+                        "key_bits": cfg.widths[0],
+                        "value_bits": cfg.widths[1],
+                        "group_size": cfg.group_size if cfg.quantized else "",
                         "layer": layer,
                         "kv_head": h,
                         "compressible": layer not in state.not_compressible,

@@ -52,7 +52,7 @@ def sweep_mode(args: argparse.Namespace, configs: Sequence[Any]) -> Mode:
             recalled = None if item.answer is None else writes_answer(item.answer, text)
             yield i, [{**row, "prompt": item.id, "recalled": recalled} for row in point.csv_rows()]
 
-    cells = [_config_cells(c, c.group_size if c.bits else "") for c in configs]
+    cells = [_config_cells(c, c.group_size if c.quantized else "") for c in configs]
     return Mode(PROMPT_SWEEP_COLUMNS, cells, run, needs_answers=False)
 
 
@@ -79,8 +79,7 @@ def probe_mode(args: argparse.Namespace, configs: Sequence[Any]) -> Mode:
 
 
 def _config_cells(c: Any, group_size: int | str) -> dict[str, Any]:
-    bits, value_bits = c.bits or UNQUANTIZED_BITS, c.packed_value_bits or UNQUANTIZED_BITS
-    return _cells(c.method, c.schedule, c.ratio, bits, value_bits, group_size)
+    return _cells(c.method, c.schedule, c.ratio, *c.widths, group_size)
 
 
 def _cells(

@@ -67,7 +67,7 @@ def reference_attention(
     or a list of per-kv-head arrays of kept prompt positions; positions >= T (appended tokens) are always kept,
     causally. With `quant=(bits, group)` or
     `(key_bits, group, value_bits)`, K and V are quantized and dequantized first, as a quantized cache holds
-    them. `windows[l]` (a sliding-window layer) limits each query to the last `windows[l]` positions, itself
+    them (a width of 16 leaves that side as it is). `windows[l]` (a sliding-window layer) limits each query to the last `windows[l]` positions, itself
     included, as mlx-lm's window mask does; learned sinks (gpt_oss) add their logit to each softmax.
     """
     layer_of = {id(c): i for i, c in enumerate(cache)}
@@ -79,7 +79,9 @@ def reference_attention(
         if quant is not None:
             bits, group, *value_bits = quant
             keys, values = (
-                mx.dequantize(*mx.quantize(x, group_size=group, bits=b), group_size=group, bits=b)
+                x
+                if b == 16
+                else mx.dequantize(*mx.quantize(x, group_size=group, bits=b), group_size=group, bits=b)
                 for x, b in ((keys, bits), (values, value_bits[0] if value_bits else bits))
             )
         q, k, v = (np.array(x, dtype=np.float64) for x in (queries, keys, values))

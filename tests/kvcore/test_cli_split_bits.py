@@ -53,7 +53,7 @@ def test_sweep_crosses_key_and_value_widths(model_dirs, prompt_file, tmp_path, c
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--value-bits", "4"], "needs quantized keys"),
+        (["--key-bits", "7", "--value-bits", "4"], "--bits/--key-bits 7"),
         (["--key-bits", "8", "--value-bits", "7"], "--value-bits 7"),
     ],
 )
