@@ -448,6 +448,7 @@ class MainWindow(QMainWindow):
             "ratio": s.last_ratio,
             "bits": s.last_bits,
             "value_bits": s.last_value_bits,
+            "fp_recent": s.last_fp_recent,
             "group_size": s.last_group_size,
             "schedule": s.last_schedule,
         }
@@ -475,6 +476,7 @@ class MainWindow(QMainWindow):
             cfg["group_size"],
             cfg["schedule"],
         )
+        s.last_fp_recent = cfg["fp_recent"]
         return s.save()
 
     def shut_down(self) -> None:

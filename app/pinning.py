@@ -38,6 +38,8 @@ def config_label(config: dict[str, Any]) -> str:
     quant = f"{bits}-bit" if bits == UNQUANTIZED_BITS else f"{bits}-bit g{config.get('group_size')}"
     if value_bits != bits:
         quant = f"K{bits}/V{value_bits}-bit g{config.get('group_size')}"
+    if config.get("fp_recent"):
+        quant += f" fp{config['fp_recent']}"
     shared = "" if config.get("per_head", True) else " · shared"
     return f"{config['method']} {100 * config['ratio']:.0f} % · {quant}{shared}"
 

@@ -58,6 +58,11 @@ def sdpa(
         head_mask = per_head(queries.shape[2], n_q_heads)
         if head_mask is not None:
             mask = head_mask
+    attend = getattr(cache, "attend", None)  # kvcore.residual: a packed body and a float residual
+    if attend is not None:
+        if sinks is not None:
+            raise ValueError("Quantized SDPA does not support attention sinks.")
+        return attend(queries, keys, values, scale)
     value_bits = getattr(cache, "value_bits", None)
     if value_bits is not None and value_bits != cache.bits:
         if sinks is not None:
@@ -93,7 +98,7 @@ def split_quantized_sdpa(
         queries = mx.reshape(queries, (B, n_kv_heads, n_repeats, L, D))
         q_keys = tuple(mx.expand_dims(x, axis=-3) for x in q_keys)
         q_values = tuple(mx.expand_dims(x, axis=-3) for x in q_values)
-    scores = _matmul(queries, q_keys, True, group_size, key_bits)
+    scores = quantized_or_float_matmul(queries, q_keys, True, group_size, key_bits)
     if mask is not None:
         if isinstance(mask, str):
             q_len, k_len = scores.shape[-2:]
@@ -105,13 +110,13 @@ def split_quantized_sdpa(
         else:
             scores = scores + mask
     scores = mx.softmax(scores, axis=-1, precise=True)
-    out = _matmul(scores, q_values, False, group_size, value_bits)
+    out = quantized_or_float_matmul(scores, q_values, False, group_size, value_bits)
     if n_repeats > 1:
         out = mx.reshape(out, (B, n_q_heads, L, D))
     return out
 
 
-def _matmul(
+def quantized_or_float_matmul(
     x: mx.array, parts: tuple[mx.array, ...], transpose: bool, group_size: int, bits: int
 ) -> mx.array:
     """x @ stored side (transposed for keys): packed parts through quantized_matmul, a float array as it is."""

@@ -48,6 +48,7 @@ __all__ = [
     "quantize_cache",
     "select_positions",
     "sliding_window",
+    "take_rows",
     "to_sparse_all",
     "validate_quantization",
     "validate_widths",
@@ -721,6 +722,28 @@ def select_positions(
     return out
 
 
+def take_rows(layer: Any, heads: Sequence[np.ndarray]) -> SparseKVCache | SparseQuantizedKVCache:
+    """A sparse layer of rows `heads[h]` (sorted, valid by construction) of each kv-head; a head may keep none.
+
+    `select_positions` refuses empty heads (a cache must attend to something); this is for one of several stores
+    of a layer (kvcore.residual), where another store holds that head's rows. Lazy: the caller evaluates.
+    """
+    src = _Source(layer)
+    counts = np.array([len(p) for p in heads], dtype=np.int32)
+    padded = np.zeros((src.n_heads, int(counts.max(initial=0))), dtype=np.int32)
+    for h, p in enumerate(heads):
+        padded[h, : len(p)] = p
+    cols = src.cols(mx.array(padded))
+    if src.quantized:
+        new: Any = SparseQuantizedKVCache(layer.group_size, layer.bits, getattr(layer, "value_bits", None))
+    else:
+        new = SparseKVCache()
+    k = [_gather(b, cols) for b in src.k_parts]
+    v = [_gather(b, cols) for b in src.v_parts]
+    new._set_rows(new._wrap(k), new._wrap(v), src.positions(cols), counts, layer.offset)
+    return new
+
+
 def _fresh(x: Any) -> Any:
     """A new array object with the same value, so one branch's in-place slice writes never reach the other."""
     return x[...] if isinstance(x, mx.array) else x
@@ -734,6 +757,9 @@ def copy_cache(cache: Sequence[Any]) -> list:
     """
     out = []
     for c in cache:
+        if hasattr(c, "branch"):  # a layer made of stores (kvcore.residual) copies each of them
+            out.append(c.branch())
+            continue
         n = copy.copy(c)
         for name, value in vars(c).items():
             setattr(n, name, tree_map(_fresh, value))

@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 from kvcore.defaults import (
     ALLOWED_BITS,
     DEFAULT_CONTINUATION_TOKENS,
+    DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
     DEFAULT_KERNEL,
     DEFAULT_METHOD,
@@ -175,11 +176,30 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
     s.add_argument("--n-sink", type=int, default=DEFAULT_N_SINK)
     s.add_argument("--kernel", type=int, default=DEFAULT_KERNEL)
     s.add_argument(
+        "--fp-recent",
+        type=_positions_count,
+        default=DEFAULT_FP_RECENT,
+        metavar="R",
+        help="keep the kept sinks (--n-sink) and the last R prompt positions unquantized beside the packed rest, "
+        f"and generated tokens too (a KIVI-style float residual; no effect when nothing is packed; default {DEFAULT_FP_RECENT})",
+    )
+    s.add_argument(
         "--schedule",
         choices=SCHEDULES,
         default=DEFAULT_SCHEDULE,
         help="; ".join(f"{k}: {v}" for k, v in SCHEDULE_HELP.items()) + f" (default {DEFAULT_SCHEDULE})",
     )
+
+
+def _positions_count(text: str) -> int:
+    """argparse type of --fp-recent: a whole number >= 0 (argparse turns the error into one line, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of positions (e.g. 64)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: give 0 (no residual) or more positions")
+    return value
 
 
 def _run_probe(args: argparse.Namespace) -> int:
@@ -295,6 +315,7 @@ def _config(
         n_sink=args.n_sink,
         kernel=args.kernel,
         schedule=args.schedule,
+        fp_recent=args.fp_recent,
     )
 
 
@@ -332,7 +353,7 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
     if getattr(args, "tokens", 1) < 1:
         raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
     configs = _configs(args)
-    keys = [(c.method, c.ratio, c.bits, c.value_bits) for c in configs]
+    keys = [(c.method, c.ratio, c.bits, c.value_bits, c.fp_recent) for c in configs]
     if len(set(keys)) != len(keys):
         raise UsageError("a configuration appears twice: list each method, ratio and bits once")
     mode = set_cli.probe_mode(args, configs) if args.command == "probe" else set_cli.sweep_mode(args, configs)
@@ -453,6 +474,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                 "ratio": cfg.ratio,
                 "key_bits": cfg.widths[0],
                 "value_bits": cfg.widths[1],
+                "fp_recent": cfg.fp_recent,
                 "layers": [
                     {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
                 ],
@@ -467,6 +489,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                     "ratio": cfg.ratio,
                     "key_bits": cfg.widths[0],
                     "value_bits": cfg.widths[1],
+                    "fp_recent": cfg.fp_recent,
                     **summary,
                 }
             )
@@ -481,6 +504,7 @@ def _progress(done: int, total: int, cfg: Any) -> None:
     filled = int(width * done / total)
     key_bits, value_bits = cfg.widths
     bits = f"{key_bits}" if key_bits == value_bits else f"{key_bits}/{value_bits}"
+    bits += f" fp{cfg.fp_recent}" if cfg.fp_recent else ""
     sys.stderr.write(
         f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {cfg.method} r={cfg.ratio:g} bits={bits}  "
     )

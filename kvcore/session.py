@@ -34,6 +34,7 @@ from kvcore.defaults import (
     CAPTURE_WINDOW,
     DEFAULT_BITS,
     DEFAULT_CONTINUATION_TOKENS,
+    DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
     DEFAULT_KERNEL,
     DEFAULT_METHOD,
@@ -49,6 +50,7 @@ from kvcore.defaults import (
 )
 from kvcore.methods import MethodParams, available
 from kvcore.methods.base import window_attention
+from kvcore.residual import ResidualKVCache, split_select
 from kvcore.selection import Ranking, budget_note, rank, select
 
 Progress = Callable[[int, int], None] | None
@@ -77,6 +79,8 @@ class CompressionConfig:
     `bits` is the keys' width and `value_bits` the values' (None: the same as `bits`; 16: unquantized), so 8-bit
     keys with 4-bit values is `bits=8, value_bits=4`, float keys with 4-bit values `bits=None, value_bits=4` and
     4-bit keys with float values `bits=4, value_bits=16`. A value width equal to the keys' is stored as None.
+    `fp_recent = R > 0` keeps the kept sinks (positions < n_sink) and the last R prompt positions float beside the
+    packed rest, and decoded tokens float too (kvcore.residual); it is 0 whenever nothing is packed.
     """
 
     method: str = DEFAULT_METHOD
@@ -90,6 +94,7 @@ class CompressionConfig:
     seed: int = DEFAULT_SEED
     schedule: str = DEFAULT_SCHEDULE
     value_bits: int | None = DEFAULT_VALUE_BITS
+    fp_recent: int = DEFAULT_FP_RECENT
 
     @property
     def key_bits(self) -> int | None:
@@ -129,6 +134,11 @@ class CompressionConfig:
             )
         if self.value_bits == (self.bits or UNQUANTIZED_BITS):
             object.__setattr__(self, "value_bits", None)  # one spelling per setting: equal widths are None
+        fp = self.fp_recent
+        if isinstance(fp, bool) or not isinstance(fp, int | np.integer) or fp < 0:
+            raise ValueError(f"fp_recent must be a whole number of positions >= 0, got {fp!r}")
+        if not self.quantized:
+            object.__setattr__(self, "fp_recent", 0)  # nothing is packed, so nothing needs a float residual
         if self.group_size not in ALLOWED_GROUP_SIZES:
             raise ValueError(f"group size must be one of {ALLOWED_GROUP_SIZES}, got {self.group_size!r}")
         if self.window > CAPTURE_WINDOW:
@@ -458,7 +468,11 @@ class Session:
             if config.quantized
             else observed.cache
         )
-        cache = caches.select_positions(source, selection, validate=False)  # valid by construction
+        if config.quantized and config.fp_recent:
+            T = self.n_compressible(config.schedule)
+            cache = split_select(observed.cache, source, selection, T, config.n_sink, config.fp_recent)
+        else:
+            cache = caches.select_positions(source, selection, validate=False)  # valid by construction
         recompress_ms = (time.perf_counter() - start) * 1e3
         kept = self._kept_mask(selection, self.n_compressible(config.schedule), observed.cache)
         fixed = {
@@ -525,28 +539,24 @@ class Session:
         L, H, T = state.kept.shape
         err = np.full((L, H, T), np.nan, dtype=np.float32)
         per_layer: list[tuple[np.ndarray, np.ndarray] | None] = []
-        lazy = []
+        lazy: list[list[tuple[np.ndarray, Any, Any]] | None] = []
         for dense, comp in zip(observed.cache, state.cache, strict=True):
-            if not isinstance(comp, caches.SparseQuantizedKVCache):
+            if isinstance(comp, ResidualKVCache):  # the float residual's rows are exact: error 0
+                stores = [(comp.body, True), (comp.residual, False)]
+            elif isinstance(comp, caches.SparseQuantizedKVCache):
+                stores = [(comp, True)]
+            else:
                 lazy.append(None)
                 continue
-            dk, dv = dense.keys[0, :, : dense.offset], dense.values[0, :, : dense.offset]
-            qk, qv = comp.keys_and_values()
-            deq_k = caches.dequantized(qk, comp.group_size, comp.bits)[0].astype(mx.float32)
-            deq_v = caches.dequantized(qv, comp.group_size, comp.value_bits)[0].astype(mx.float32)
-            pos = _positions_matrix(comp, T)  # [H, n_rows] with -1 for padding
-            safe = mx.array(np.maximum(pos, 0))
-            ref_k = mx.take_along_axis(dk.astype(mx.float32), safe[..., None], axis=1)
-            ref_v = mx.take_along_axis(dv.astype(mx.float32), safe[..., None], axis=1)
-            ek = mx.sqrt(mx.mean((ref_k - deq_k) ** 2, axis=-1))
-            ev = mx.sqrt(mx.mean((ref_v - deq_v) ** 2, axis=-1))
-            lazy.append((pos, ek, ev))
-        mx.eval([x for item in lazy if item is not None for x in item[1:]])
+            lazy.append([_row_errors(dense, store, T, packed) for store, packed in stores])
+        mx.eval([x for item in lazy if item is not None for part in item for x in part[1:]])
         for layer, item in enumerate(lazy):
             if item is None:
                 per_layer.append(None)
                 continue
-            pos, ek, ev = item[0], np.array(item[1]), np.array(item[2])
+            pos = np.concatenate([p for p, _, _ in item], axis=1)
+            ek = np.concatenate([np.array(e) for _, e, _ in item], axis=1)
+            ev = np.concatenate([np.array(e) for _, _, e in item], axis=1)
             valid = pos >= 0
             for h in range(H):
                 p = pos[h][valid[h]]
@@ -580,6 +590,7 @@ class Session:
                         "retention_ratio": cfg.ratio,
                         "key_bits": cfg.widths[0],
                         "value_bits": cfg.widths[1],
+                        "fp_recent": cfg.fp_recent,
                         "group_size": cfg.group_size if cfg.quantized else "",
                         "layer": layer,
                         "kv_head": h,
@@ -663,6 +674,25 @@ class Session:
             [np.flatnonzero(state.kept[layer, h]).tolist() for h in range(state.kept.shape[1])]
             for layer in range(state.kept.shape[0])
         ]
+
+
+def _row_errors(dense: Any, store: Any, n_prompt: int, packed: bool) -> tuple[np.ndarray, Any, Any]:
+    """(positions [H, n_rows] with -1 for padding, key RMSE, value RMSE per stored row) of one store of a layer;
+    a float store (the residual) holds the dense rows themselves, so its errors are zeros."""
+    pos = _positions_matrix(store, n_prompt)
+    if not packed:
+        zeros = np.zeros(pos.shape, dtype=np.float32)
+        return pos, zeros, zeros
+    dk, dv = dense.keys[0, :, : dense.offset], dense.values[0, :, : dense.offset]
+    qk, qv = store.keys_and_values()
+    deq_k = caches.dequantized(qk, store.group_size, store.bits)[0].astype(mx.float32)
+    deq_v = caches.dequantized(qv, store.group_size, store.value_bits)[0].astype(mx.float32)
+    safe = mx.array(np.maximum(pos, 0))
+    ref_k = mx.take_along_axis(dk.astype(mx.float32), safe[..., None], axis=1)
+    ref_v = mx.take_along_axis(dv.astype(mx.float32), safe[..., None], axis=1)
+    ek = mx.sqrt(mx.mean((ref_k - deq_k) ** 2, axis=-1))
+    ev = mx.sqrt(mx.mean((ref_v - deq_v) ** 2, axis=-1))
+    return pos, ek, ev
 
 
 def _positions_matrix(layer: Any, n_prompt: int) -> np.ndarray:

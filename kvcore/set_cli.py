@@ -73,19 +73,25 @@ def probe_mode(args: argparse.Namespace, configs: Sequence[Any]) -> Mode:
             rows = [dense_row(session, probe)] if i == 0 else config_rows(session, probe, [configs[i - 1]])
             yield i, [{**row, "prompt": item.id} for row in rows]
 
-    cells = [_cells(DENSE, "", 1.0, UNQUANTIZED_BITS, UNQUANTIZED_BITS, "")]
+    cells = [_cells(DENSE, "", 1.0, UNQUANTIZED_BITS, UNQUANTIZED_BITS, 0, "")]
     cells += [_config_cells(c, c.group_size) for c in configs]
     return Mode(PROMPT_PROBE_COLUMNS, cells, run, needs_answers=True)
 
 
 def _config_cells(c: Any, group_size: int | str) -> dict[str, Any]:
-    return _cells(c.method, c.schedule, c.ratio, *c.widths, group_size)
+    return _cells(c.method, c.schedule, c.ratio, *c.widths, c.fp_recent, group_size)
 
 
 def _cells(
-    method: str, schedule: str, ratio: float, bits: int, value_bits: int, group_size: int | str
+    method: str,
+    schedule: str,
+    ratio: float,
+    key_bits: int,
+    value_bits: int,
+    fp_recent: int,
+    group_size: int | str,
 ) -> dict[str, Any]:
-    values = (method, schedule, ratio, bits, value_bits, group_size)
+    values = (method, schedule, ratio, key_bits, value_bits, fp_recent, group_size)
     return dict(zip(CONFIG_COLUMNS, values, strict=True))
 
 
@@ -267,7 +273,7 @@ def _summary_json(summary: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _print_summary(summary: list[dict[str, Any]]) -> None:
     for row in summary:
-        label = f"{row['method']} r={row['retention_ratio']} bits=K{row['key_bits']}/V{row['value_bits']}"
+        label = f"{row['method']} r={row['retention_ratio']} bits=K{row['key_bits']}/V{row['value_bits']} fp={row['fp_recent']}"
         parts = [
             f"{name} {row[f'{name}_mean']:.4g} [{row[f'{name}_low']:.4g}, {row[f'{name}_high']:.4g}]"
             for name in ("kl", "agreement", "nll_delta", "recall")

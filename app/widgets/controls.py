@@ -93,6 +93,17 @@ class CompressionControls(QWidget):
         self.valueBitsLabel.setMinimumWidth(40)
         self.valueBitsRow = self._with_label(self.valueBitsSlider, self.valueBitsLabel)
 
+        self.fpRecentSpin = self._spin(
+            "fpRecentSpin",
+            0,
+            1 << 20,
+            "Full-precision residual: keep the kept sinks and the last R prompt positions unquantized beside "
+            "the packed rest, and every generated token too (KIVI-style); the quantization-error view shows 0 "
+            "there. 0: pack everything kept",
+        )
+        self.fpRecentSpin.setSpecialValueText("off")
+        self.fpRecentSpin.setSingleStep(16)
+
         self.groupSizeCombo = QComboBox(objectName="groupSizeCombo")
         for size in GROUP_SIZES:
             self.groupSizeCombo.addItem(str(size), size)
@@ -125,6 +136,7 @@ class CompressionControls(QWidget):
         form.addRow("Bits", self._with_label(self.bitsSlider, self.bitsLabel))
         form.addRow("", self.splitBitsCheck)
         form.addRow("Value bits", self.valueBitsRow)
+        form.addRow("FP recent", self.fpRecentSpin)
         self._form = form
         form.addRow("Group size", self.groupSizeCombo)
         form.addRow("", self.perHeadCheck)
@@ -143,7 +155,7 @@ class CompressionControls(QWidget):
         self.groupSizeCombo.currentIndexChanged.connect(self._changed)
         self.perHeadCheck.toggled.connect(self._changed)
         self.scheduleCombo.currentIndexChanged.connect(self._changed)
-        for spin in (self.windowSpin, self.sinkSpin, self.kernelSpin):
+        for spin in (self.windowSpin, self.sinkSpin, self.kernelSpin, self.fpRecentSpin):
             spin.valueChanged.connect(self._changed)
 
     @staticmethod
@@ -166,7 +178,7 @@ class CompressionControls(QWidget):
 
     def config(self) -> dict[str, Any]:
         """{method, ratio (0.01-1.0), bits (int, None = unquantized keys), value_bits (None = the keys' width,
-        16 = unquantized values),
+        16 = unquantized values), fp_recent (0 when nothing is packed),
         group_size, per_head, window, n_sink, kernel, schedule}."""
         bits = BITS_STEPS[self.bitsSlider.value()]
         return {
@@ -174,6 +186,7 @@ class CompressionControls(QWidget):
             "ratio": self.retentionSlider.value() / 100.0,
             "bits": None if bits == UNQUANTIZED_BITS else bits,
             "value_bits": self._value_bits(bits),
+            "fp_recent": self.fpRecentSpin.value() if self.quantized() else 0,
             "group_size": int(self.groupSizeCombo.currentData()),
             "per_head": self.perHeadCheck.isChecked(),
             "window": self.windowSpin.value(),
@@ -195,6 +208,7 @@ class CompressionControls(QWidget):
             self.windowSpin,
             self.sinkSpin,
             self.kernelSpin,
+            self.fpRecentSpin,
             self.scheduleCombo,
         )
         for w in widgets:
@@ -235,6 +249,7 @@ class CompressionControls(QWidget):
                 ("window", self.windowSpin),
                 ("n_sink", self.sinkSpin),
                 ("kernel", self.kernelSpin),
+                ("fp_recent", self.fpRecentSpin),
             ):
                 if key in config:
                     spin.setValue(int(config[key]))
@@ -301,6 +316,7 @@ class CompressionControls(QWidget):
         self._enable(self.sinkSpin, method in _USES["n_sink"], f"{method} keeps no sink positions")
 
         self._enable(self.groupSizeCombo, self.quantized(), "No quantization at 16 bits")
+        self._enable(self.fpRecentSpin, self.quantized(), "No quantization at 16 bits: everything is float")
         self._form.setRowVisible(self.valueBitsRow, self.splitBitsCheck.isChecked())
         self._update_group_sizes()
 

@@ -57,6 +57,7 @@ def test_set_config_round_trip_emits_once(controls, qtbot):
         "ratio": 0.5,
         "bits": 4,
         "value_bits": 2,
+        "fp_recent": 32,
         "group_size": 32,
         "per_head": False,
         "window": 32,
@@ -175,3 +176,16 @@ def test_adakv_after_tova_selects_per_head(controls):
     assert CompressionConfig.from_dict(controls.config()).per_head
     controls.set_config({"method": "snapkv"})
     assert controls.perHeadCheck.isEnabled()
+
+
+def test_fp_recent_spin_sits_with_the_bits_and_applies_only_when_packing(controls, qtbot):
+    spin = controls.fpRecentSpin
+    controls.set_config({"bits": None, "value_bits": None, "fp_recent": 64})
+    assert not spin.isEnabled() and "everything is float" in spin.toolTip()
+    assert controls.config()["fp_recent"] == 0  # nothing packed: no residual
+    with qtbot.waitSignal(controls.configChanged) as blocker:
+        controls.set_config({"bits": 4})
+    assert spin.isEnabled() and "last R prompt positions" in spin.toolTip()
+    assert blocker.args[0]["fp_recent"] == 64 and blocker.args[0]["bits"] == 4
+    spin.setValue(0)
+    assert controls.config()["fp_recent"] == 0 and spin.text() == "off"

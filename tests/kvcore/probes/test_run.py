@@ -50,8 +50,9 @@ def test_recall_table_is_the_share_recalled():
             "retention_ratio": 0.25,
             "key_bits": 8,
             "value_bits": 4,
+            "fp_recent": 64,
             "recalled": r,
         }
         for r in (True, False, True, True)
     ]
-    assert recall_table(rows) == {("snapkv", "paper", 0.25, 8, 4): 0.75}
+    assert recall_table(rows) == {("snapkv", "paper", 0.25, 8, 4, 64): 0.75}
