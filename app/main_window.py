@@ -197,7 +197,7 @@ class MainWindow(QMainWindow):
         refusal = info and model_checks.quantized_kv_refusal(
             info.model_type, info.attention_sinks, bool(info.latent_rope_dim)
         )
-        if refusal and self.controls.config()["bits"] is not None:
+        if refusal and self.controls.quantized():
             self._error("Quantized KV is not possible", refusal)
             return None
         use_template, system = self.sessionPanel.chat_template()
@@ -459,6 +459,7 @@ class MainWindow(QMainWindow):
             "ratio": s.last_ratio,
             "bits": s.last_bits,
             "value_bits": s.last_value_bits,
+            "fp_recent": s.last_fp_recent,
             "group_size": s.last_group_size,
             "schedule": s.last_schedule,
         }
@@ -486,6 +487,7 @@ class MainWindow(QMainWindow):
             cfg["group_size"],
             cfg["schedule"],
         )
+        s.last_fp_recent = cfg["fp_recent"]
         return s.save()
 
     def shut_down(self) -> None:

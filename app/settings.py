@@ -15,6 +15,7 @@ from kvcore.defaults import (
     ALLOWED_BITS,
     ALLOWED_GROUP_SIZES,
     DEFAULT_BITS,
+    DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
     DEFAULT_METHOD,
     DEFAULT_RATIO,
@@ -62,6 +63,7 @@ _CHECKS = {
     "last_ratio": _is_ratio,
     "last_bits": _is_bits,
     "last_value_bits": _is_bits,
+    "last_fp_recent": lambda v: _is_int(v) and v >= 0,
     "last_group_size": lambda v: _is_int(v) and v in ALLOWED_GROUP_SIZES,
     "last_schedule": lambda v: v in SCHEDULES,
     "chat_template": lambda v: isinstance(v, bool),
@@ -83,6 +85,7 @@ class Settings:
     last_ratio: float = DEFAULT_RATIO
     last_bits: int | None = DEFAULT_BITS
     last_value_bits: int | None = DEFAULT_VALUE_BITS  # None: the keys' width (no split)
+    last_fp_recent: int = DEFAULT_FP_RECENT  # the float residual's R (0: none)
     last_group_size: int = DEFAULT_GROUP_SIZE
     last_schedule: str = DEFAULT_SCHEDULE
     chat_template: bool = True  # the Session panel's box: apply the tokenizer's template when it has one

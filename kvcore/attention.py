@@ -28,6 +28,7 @@ import mlx.nn as nn
 from mlx_lm.models import base as mlx_base
 
 from kvcore import mla
+from kvcore.defaults import UNQUANTIZED_BITS
 
 _NAME = "scaled_dot_product_attention"
 _ORIGINAL = "_kvlens_original_sdpa"
@@ -65,6 +66,11 @@ def sdpa(
         head_mask = per_head(queries.shape[2], n_q_heads)
         if head_mask is not None:
             mask = head_mask
+    attend = getattr(cache, "attend", None)  # kvcore.residual: a packed body and a float residual
+    if attend is not None:
+        if sinks is not None:
+            raise ValueError("Quantized SDPA does not support attention sinks.")
+        return attend(queries, keys, values, scale)
     value_bits = getattr(cache, "value_bits", None)
     if value_bits is not None and value_bits != cache.bits:
         if sinks is not None:
@@ -89,7 +95,8 @@ def split_quantized_sdpa(
 
     Same steps as `mlx_lm.models.base.quantized_scaled_dot_product_attention`: scores from the packed keys,
     the mask (string "causal" aligned bottom-right, bool or additive, per kv-head), a precise softmax, then the
-    weighted sum of the packed values; only the two `bits` differ.
+    weighted sum of the packed values; only the two `bits` differ. A side of width 16 (UNQUANTIZED_BITS) is one
+    float array and goes through a plain matmul.
     """
     B, n_q_heads, L, D = queries.shape
     n_kv_heads = q_keys[0].shape[-3]
@@ -99,7 +106,7 @@ def split_quantized_sdpa(
         queries = mx.reshape(queries, (B, n_kv_heads, n_repeats, L, D))
         q_keys = tuple(mx.expand_dims(x, axis=-3) for x in q_keys)
         q_values = tuple(mx.expand_dims(x, axis=-3) for x in q_values)
-    scores = mx.quantized_matmul(queries, *q_keys, transpose=True, group_size=group_size, bits=key_bits)
+    scores = quantized_or_float_matmul(queries, q_keys, True, group_size, key_bits)
     if mask is not None:
         if isinstance(mask, str):
             q_len, k_len = scores.shape[-2:]
@@ -111,10 +118,20 @@ def split_quantized_sdpa(
         else:
             scores = scores + mask
     scores = mx.softmax(scores, axis=-1, precise=True)
-    out = mx.quantized_matmul(scores, *q_values, transpose=False, group_size=group_size, bits=value_bits)
+    out = quantized_or_float_matmul(scores, q_values, False, group_size, value_bits)
     if n_repeats > 1:
         out = mx.reshape(out, (B, n_q_heads, L, D))
     return out
+
+
+def quantized_or_float_matmul(
+    x: mx.array, parts: tuple[mx.array, ...], transpose: bool, group_size: int, bits: int
+) -> mx.array:
+    """x @ stored side (transposed for keys): packed parts through quantized_matmul, a float array as it is."""
+    if bits == UNQUANTIZED_BITS:
+        w = parts[0]
+        return x @ (mx.swapaxes(w, -1, -2) if transpose else w)
+    return mx.quantized_matmul(x, *parts, transpose=transpose, group_size=group_size, bits=bits)
 
 
 def _attention_modules(model: nn.Module) -> list[Any]:

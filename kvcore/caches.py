@@ -32,7 +32,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-from kvcore.defaults import ALLOWED_BITS, ALLOWED_GROUP_SIZES, DEFAULT_GROUP_SIZE
+from kvcore.defaults import ALLOWED_BITS, ALLOWED_GROUP_SIZES, DEFAULT_GROUP_SIZE, UNQUANTIZED_BITS
 
 STEP = 256
 
@@ -43,12 +43,15 @@ __all__ = [
     "compressible_layers",
     "copy_cache",
     "dense_bytes_formula",
+    "dequantized",
     "incompressible_reason",
     "quantize_cache",
     "select_positions",
     "sliding_window",
+    "take_rows",
     "to_sparse_all",
     "validate_quantization",
+    "validate_widths",
 ]
 
 
@@ -70,6 +73,24 @@ def validate_quantization(bits: int, group_size: int, head_dim: int | None = Non
             f"group_size={group_size} does not divide head_dim={head_dim}: quantization groups run along "
             f"head_dim, so use one of {allowed or 'none (this head_dim cannot be quantized)'}"
         )
+
+
+def validate_widths(key_bits: int, value_bits: int, group_size: int, head_dim: int | None = None) -> None:
+    """Split widths: each side packed (ALLOWED_BITS) or kept in its float dtype (UNQUANTIZED_BITS), not both fp."""
+    if key_bits == UNQUANTIZED_BITS and value_bits == UNQUANTIZED_BITS:
+        raise ValueError(
+            f"key_bits and value_bits are both {UNQUANTIZED_BITS}: nothing to pack; use SparseKVCache"
+        )
+    for bits in (key_bits, value_bits):
+        if bits != UNQUANTIZED_BITS:
+            validate_quantization(bits, group_size, head_dim)
+
+
+def dequantized(parts: Sequence[mx.array], group_size: int, bits: int) -> mx.array:
+    """The float rows a stored side holds: unpacked, or the float array itself (bits 16)."""
+    if bits == UNQUANTIZED_BITS:
+        return parts[0]
+    return mx.dequantize(*parts, group_size=group_size, bits=bits)
 
 
 def _parts(x: Any) -> tuple[mx.array, ...]:
@@ -334,15 +355,15 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
 
     `bits` is the keys' width (mlx-lm reads it), `value_bits` the values' (default: the same). Keys carry outlier
     channels and values do not, so 8-bit keys with 4-bit values is the usual split; equal widths run mlx-lm's
-    quantized attention, split widths `kvcore.attention.split_quantized_sdpa`.
+    quantized attention, split widths `kvcore.attention.split_quantized_sdpa`. One side may be 16
+    (UNQUANTIZED_BITS): it is stored as its float array (one part, not packed, scales, biases), the other packed.
     """
 
     def __init__(
         self, group_size: int = DEFAULT_GROUP_SIZE, bits: int = 8, value_bits: int | None = None
     ) -> None:
         value_bits = bits if value_bits is None else value_bits
-        validate_quantization(bits, group_size)
-        validate_quantization(value_bits, group_size)
+        validate_widths(bits, value_bits, group_size)
         self._reset()
         self.group_size = group_size
         self.bits = bits
@@ -353,6 +374,8 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
         return self.bits
 
     def _pack(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
+        if bits == UNQUANTIZED_BITS:
+            return (x,)
         if x.shape[-1] % self.group_size:
             validate_quantization(bits, self.group_size, x.shape[-1])
         return tuple(mx.quantize(x, group_size=self.group_size, bits=bits))
@@ -375,8 +398,7 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
         self._reset()
         keys, values, selection, counts, offset, group_size, bits, *rest = v
         value_bits = int(rest[0]) if rest else int(bits)
-        validate_quantization(int(bits), int(group_size))
-        validate_quantization(value_bits, int(group_size))
+        validate_widths(int(bits), value_bits, int(group_size))
         self.group_size, self.bits, self.value_bits = int(group_size), int(bits), value_bits
         self._set_rows(tuple(keys), tuple(values), selection, np.asarray(counts), offset)
 
@@ -610,11 +632,11 @@ def quantize_cache(
     KVCache and SparseKVCache layers become SparseQuantizedKVCache with the same rows, positions and offset
     (ragged layers stay ragged); layers that are not KV caches pass through. Differs from the seed: a layer that is
     already quantized raises ValueError instead of TypeError, and everything is evaluated in one `mx.eval`.
-    `bits` packs the keys, `value_bits` (default: `bits`) the values.
+    `bits` packs the keys, `value_bits` (default: `bits`) the values; either (not both) may be 16, that side then
+    stays in its float dtype.
     """
     value_bits = bits if value_bits is None else value_bits
-    validate_quantization(bits, group_size)
-    validate_quantization(value_bits, group_size)
+    validate_widths(bits, value_bits, group_size)
     out: list[Any] = []
     for i, c in enumerate(cache):
         if type(c) in (QuantizedKVCache, SparseQuantizedKVCache):
@@ -627,7 +649,7 @@ def quantize_cache(
         if type(c) is not SparseKVCache or c.keys is None:
             out.append(c)
             continue
-        validate_quantization(bits, group_size, int(c.keys.shape[-1]))
+        validate_widths(bits, value_bits, group_size, int(c.keys.shape[-1]))
         q = SparseQuantizedKVCache(group_size=group_size, bits=bits, value_bits=value_bits)
         k, v = c.keys_and_values()
         q._set_rows(q._encode(k), q._encode_values(v), c._selection, c._prefix_counts, c.offset)
@@ -700,6 +722,28 @@ def select_positions(
     return out
 
 
+def take_rows(layer: Any, heads: Sequence[np.ndarray]) -> SparseKVCache | SparseQuantizedKVCache:
+    """A sparse layer of rows `heads[h]` (sorted, valid by construction) of each kv-head; a head may keep none.
+
+    `select_positions` refuses empty heads (a cache must attend to something); this is for one of several stores
+    of a layer (kvcore.residual), where another store holds that head's rows. Lazy: the caller evaluates.
+    """
+    src = _Source(layer)
+    counts = np.array([len(p) for p in heads], dtype=np.int32)
+    padded = np.zeros((src.n_heads, int(counts.max(initial=0))), dtype=np.int32)
+    for h, p in enumerate(heads):
+        padded[h, : len(p)] = p
+    cols = src.cols(mx.array(padded))
+    if src.quantized:
+        new: Any = SparseQuantizedKVCache(layer.group_size, layer.bits, getattr(layer, "value_bits", None))
+    else:
+        new = SparseKVCache()
+    k = [_gather(b, cols) for b in src.k_parts]
+    v = [_gather(b, cols) for b in src.v_parts]
+    new._set_rows(new._wrap(k), new._wrap(v), src.positions(cols), counts, layer.offset)
+    return new
+
+
 def _fresh(x: Any) -> Any:
     """A new array object with the same value, so one branch's in-place slice writes never reach the other."""
     return x[...] if isinstance(x, mx.array) else x
@@ -713,6 +757,9 @@ def copy_cache(cache: Sequence[Any]) -> list:
     """
     out = []
     for c in cache:
+        if hasattr(c, "branch"):  # a layer made of stores (kvcore.residual) copies each of them
+            out.append(c.branch())
+            continue
         n = copy.copy(c)
         for name, value in vars(c).items():
             setattr(n, name, tree_map(_fresh, value))

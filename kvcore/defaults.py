@@ -38,6 +38,9 @@ DEFAULT_VALUE_BITS: int | None = None
 #: The values' width the app's "Separate K/V" toggle starts from (with 8-bit keys: mlx-lm issue 1550's K8/V4).
 DEFAULT_SPLIT_VALUE_BITS = 4
 DEFAULT_GROUP_SIZE = 64
+#: Full-precision residual (KIVI-style): the kept sinks and the last R prompt positions stay float beside the
+#: packed rest, and decoded tokens too; 0 packs everything kept.
+DEFAULT_FP_RECENT = 0
 DEFAULT_PER_HEAD = True
 #: Observation window: the last prompt queries that vote (SnapKV's 64 here); also the window whose attention the
 #: statistics' "attention mass kept" is measured over.
@@ -51,6 +54,7 @@ DEFAULT_CONFIG: dict[str, object] = {
     "ratio": DEFAULT_RATIO,
     "bits": DEFAULT_BITS,
     "value_bits": DEFAULT_VALUE_BITS,
+    "fp_recent": DEFAULT_FP_RECENT,
     "group_size": DEFAULT_GROUP_SIZE,
     "per_head": DEFAULT_PER_HEAD,
     "window": DEFAULT_WINDOW,

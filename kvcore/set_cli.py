@@ -55,7 +55,7 @@ def sweep_mode(args: argparse.Namespace, configs: Sequence[Any]) -> Mode:
             recalled = None if item.answer is None else writes_answer(item.answer, text)
             yield i, [{**row, "prompt": item.id, "recalled": recalled} for row in point.csv_rows()]
 
-    cells = [_config_cells(c, c.group_size if c.bits else "") for c in configs]
+    cells = [_config_cells(c, c.group_size if c.quantized else "") for c in configs]
     return Mode(PROMPT_SWEEP_COLUMNS, cells, run, needs_answers=False)
 
 
@@ -76,20 +76,25 @@ def probe_mode(args: argparse.Namespace, configs: Sequence[Any]) -> Mode:
             rows = [dense_row(session, probe)] if i == 0 else config_rows(session, probe, [configs[i - 1]])
             yield i, [{**row, "prompt": item.id} for row in rows]
 
-    cells = [_cells(DENSE, "", 1.0, UNQUANTIZED_BITS, UNQUANTIZED_BITS, "")]
+    cells = [_cells(DENSE, "", 1.0, UNQUANTIZED_BITS, UNQUANTIZED_BITS, 0, "")]
     cells += [_config_cells(c, c.group_size) for c in configs]
     return Mode(PROMPT_PROBE_COLUMNS, cells, run, needs_answers=True)
 
 
 def _config_cells(c: Any, group_size: int | str) -> dict[str, Any]:
-    bits, value_bits = c.bits or UNQUANTIZED_BITS, c.packed_value_bits or UNQUANTIZED_BITS
-    return _cells(c.method, c.schedule, c.ratio, bits, value_bits, group_size)
+    return _cells(c.method, c.schedule, c.ratio, *c.widths, c.fp_recent, group_size)
 
 
 def _cells(
-    method: str, schedule: str, ratio: float, bits: int, value_bits: int, group_size: int | str
+    method: str,
+    schedule: str,
+    ratio: float,
+    key_bits: int,
+    value_bits: int,
+    fp_recent: int,
+    group_size: int | str,
 ) -> dict[str, Any]:
-    values = (method, schedule, ratio, bits, value_bits, group_size)
+    values = (method, schedule, ratio, key_bits, value_bits, fp_recent, group_size)
     return dict(zip(CONFIG_COLUMNS, values, strict=True))
 
 
@@ -307,7 +312,7 @@ def _summary_json(summary: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _print_summary(summary: list[dict[str, Any]]) -> None:
     for row in summary:
-        label = f"{row['method']} r={row['retention_ratio']} bits={row['bits']}"
+        label = f"{row['method']} r={row['retention_ratio']} bits=K{row['key_bits']}/V{row['value_bits']} fp={row['fp_recent']}"
         parts = [
             f"{name} {row[f'{name}_mean']:.4g} [{row[f'{name}_low']:.4g}, {row[f'{name}_high']:.4g}]"
             for name in ("kl", "agreement", "nll_delta", "recall")

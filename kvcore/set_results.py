@@ -44,6 +44,12 @@ class ResultConfig:
     bits: int
     value_bits: int
     group_size: int | None
+    fp_recent: int = 0
+
+    @property
+    def widths(self) -> tuple[int, int]:
+        """(key width, value width), as CompressionConfig.widths: the frontier draws one line per pair."""
+        return self.bits, self.value_bits
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +59,7 @@ class ResultConfig:
             "bits": self.bits,
             "value_bits": self.value_bits,
             "group_size": self.group_size,
+            "fp_recent": self.fp_recent,
         }
 
 
@@ -179,9 +186,10 @@ def points_from_summary(
             method=_text(row["method"], at, "method", required=True),
             schedule=_text(row["schedule"], at, "schedule"),
             ratio=_ratio(row["retention_ratio"], at),
-            bits=_int(row["bits"], at, "bits"),
+            bits=_int(row["key_bits"], at, "key_bits"),
             value_bits=_int(row["value_bits"], at, "value_bits"),
             group_size=None if row["group_size"] in ("", None) else _int(row["group_size"], at, "group_size"),
+            fp_recent=_int(row["fp_recent"], at, "fp_recent"),
         )
         prompts = _int(row["prompts"], at, "prompts")
         if prompts < 1:

@@ -291,7 +291,7 @@ class FrontierPlot(QWidget):
         if full:
             self.plot.clear()
             self.legend.clear()
-            self._items: dict[tuple[str, int], pg.PlotDataItem] = {}
+            self._items: dict[tuple[str, tuple[int, int]], pg.PlotDataItem] = {}
             self._frontier_item: pg.PlotDataItem | None = None
             self.plot.setLogMode(x=False, y=metric.log)
             bytes_axis = self.x_mode() == X_BYTES
@@ -303,9 +303,9 @@ class FrontierPlot(QWidget):
             self.plot.setLabel("left", metric.label + (" ↑" if metric.higher_is_better else " ↓"))
         xs, ys = self.xy()
         plotted_y = np.maximum(ys, LOG_FLOOR) if metric.log else ys
-        groups: dict[tuple[str, int], list[int]] = {}
+        groups: dict[tuple[str, tuple[int, int]], list[int]] = {}
         for i, p in enumerate(self._points):
-            groups.setdefault((p.config.method, p.config.bits or UNQUANTIZED_BITS), []).append(i)
+            groups.setdefault((p.config.method, p.config.widths), []).append(i)
         methods = list(dict.fromkeys(p.config.method for p in self._points))
         for (method, bits), idx in groups.items():
             idx.sort(key=lambda i: self._points[i].config.ratio)
@@ -350,15 +350,15 @@ class FrontierPlot(QWidget):
         self.errorBars = pg.ErrorBarItem(x=x, y=y, top=hi - y, bottom=y - lo, beam=beam, pen=ERROR_BAR_PEN)
         self.plot.addItem(self.errorBars)
 
-    def _new_item(self, method: str, bits: int, m_index: int) -> pg.PlotDataItem:
-        """One method's line at one bit width: its colour and marker, dashed when quantized, named once."""
+    def _new_item(self, method: str, bits: tuple[int, int], m_index: int) -> pg.PlotDataItem:
+        """One method's line at one (key, value) width: its colour and marker, dashed when quantized, named once."""
         colour = PALETTE[m_index % len(PALETTE)]
         named = not any(m == method for m, _ in self._items)
         return pg.PlotDataItem(
             pen=pg.mkPen(
                 colour,
                 width=1.5,
-                style=Qt.PenStyle.SolidLine if bits == UNQUANTIZED_BITS else Qt.PenStyle.DashLine,
+                style=Qt.PenStyle.SolidLine if bits == (UNQUANTIZED_BITS,) * 2 else Qt.PenStyle.DashLine,
             ),
             symbol=SYMBOLS[m_index % len(SYMBOLS)],
             symbolBrush=pg.mkBrush(*colour),

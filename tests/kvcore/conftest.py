@@ -52,6 +52,12 @@ def greedy(model, cache: list, first: int, n: int) -> list[int]:
     return tokens
 
 
+def _dequantized(x: mx.array, group: int, bits: int, exact: mx.array | None) -> mx.array:
+    """x packed and unpacked at `bits`, except the rows `exact` marks (kept as they are)."""
+    deq = mx.dequantize(*mx.quantize(x, group_size=group, bits=bits), group_size=group, bits=bits)
+    return deq if exact is None else mx.where(exact, x, deq)
+
+
 @contextmanager
 def _attention_replaced(model, sdpa) -> Iterator:
     """The model's attention function is `sdpa` inside the block."""
@@ -72,6 +78,7 @@ def reference_attention(
     T: int,
     quant: tuple[int, ...] | None = None,
     windows: Sequence[int | None] | None = None,
+    float_positions: Sequence[int] | None = None,
 ) -> Iterator:
     """Route the model's attention through float64 NumPy softmax over only the kept positions.
 
@@ -79,7 +86,8 @@ def reference_attention(
     or a list of per-kv-head arrays of kept prompt positions; positions >= T (appended tokens) are always kept,
     causally. With `quant=(bits, group)` or
     `(key_bits, group, value_bits)`, K and V are quantized and dequantized first, as a quantized cache holds
-    them. `windows[l]` (a sliding-window layer) limits each query to the last `windows[l]` positions, itself
+    them (a width of 16 leaves that side as it is); `float_positions` (a float residual) are prompt positions
+    left unquantized, and then appended tokens are too. `windows[l]` (a sliding-window layer) limits each query to the last `windows[l]` positions, itself
     included, as mlx-lm's window mask does; learned sinks (gpt_oss) add their logit to each softmax.
     """
     layer_of = {id(c): i for i, c in enumerate(cache)}
@@ -88,8 +96,12 @@ def reference_attention(
         layer = layer_of[id(cache)]
         if quant is not None:
             bits, group, *value_bits = quant
+            exact = None
+            if float_positions is not None:
+                rows = np.arange(keys.shape[2])
+                exact = mx.array((np.isin(rows, float_positions) | (rows >= T))[:, None])
             keys, values = (
-                mx.dequantize(*mx.quantize(x, group_size=group, bits=b), group_size=group, bits=b)
+                x if b == 16 else _dequantized(x, group, b, exact)
                 for x, b in ((keys, bits), (values, value_bits[0] if value_bits else bits))
             )
         q, k, v = (np.array(x, dtype=np.float64) for x in (queries, keys, values))
