@@ -2,7 +2,8 @@
 
 The dense cache, the captured observations and each method's ranking are kept, so a new retention ratio or
 bit width is a top-n slice, a gather and a quantize — never a second prefill. h2o's sums (costly on a CPU) are
-computed from the kept prefill queries the first time h2o is asked for, not at prefill. The dense greedy
+computed on a CPU from the kept prefill queries the first time h2o is asked for, on a GPU during the prefill
+(`kvcore.capture_mode`). The dense greedy
 continuation is computed once and is the reference every compressed state is measured against.
 
 Schedules (`kvcore.defaults.SCHEDULES`, a field of every config): "paper" compresses the whole prompt with the
@@ -35,6 +36,7 @@ from kvcore.defaults import (
     DEFAULT_BITS,
     DEFAULT_CONTINUATION_TOKENS,
     DEFAULT_GROUP_SIZE,
+    DEFAULT_H2O_CAPTURE,
     DEFAULT_KERNEL,
     DEFAULT_METHOD,
     DEFAULT_N_SINK,
@@ -293,7 +295,7 @@ class Session:
             self.model,
             ids,
             window=CAPTURE_WINDOW,
-            h2o="lazy",
+            h2o=DEFAULT_H2O_CAPTURE,
             hold_last=True,
             on_progress=on_progress,
             should_cancel=should_cancel,
