@@ -12,8 +12,8 @@ through `kvcore.attention` sees each layer's post-RoPE queries and cached keys a
   `h2o="auto"` (Session's) picks eager sums on a GPU and lazy on a CPU (`kvcore.capture_mode`, logged); eager
   blocks are queued with `mx.async_eval`, so the sums run on the device alongside the forward pass.
 
-Nothing is evaluated inside the observer: the recorded arrays are evaluated with each chunk's logits, so MLX
-schedules them with the forward pass instead of stalling once per layer.
+Nothing blocks inside the observer: the recorded arrays are queued with `mx.async_eval` as each layer is seen (so
+the graph does not hold every layer's queries until the chunk ends) and the host never waits per layer.
 
 Keys themselves are not copied: after prefill they are read from the cache (post-RoPE, as mlx-lm stores them).
 Layers whose cache is not a plain mlx-lm `KVCache` (sliding window, SSM state, quantized) get no observation.
@@ -120,11 +120,15 @@ class _Recorder:
         q = queries[0].astype(mx.float32)  # [H_q, N, D]
         state.n_q_heads, state.n_kv_heads, state.scale = q.shape[0], keys.shape[1], float(scale)
         tail = q if state.tail is None else mx.concatenate([state.tail, q], axis=1)
-        state.tail = tail[:, -self.window :]
+        # A compact copy: a slice would keep the whole chunk's float32 queries alive (H_q·chunk·D per layer).
+        state.tail = mx.contiguous(tail[:, -self.window :])
         if self.h2o == "lazy":
             state.queries.append(queries[0])
         elif self.h2o:
             state.sums = _accumulate_h2o(state.sums, q, keys[0], float(scale), wait=False)
+        # Queued now, not with the chunk's logits: otherwise the graph keeps every layer's chunk of queries alive
+        # until the end of the chunk (2x the chunk's dense cache for 32 q / 8 kv heads).
+        mx.async_eval(state.tail)
 
     def snapshot(self) -> dict[int, _LayerState]:
         """The states as they are now (arrays are immutable: later chunks rebind, never overwrite them)."""
@@ -235,8 +239,11 @@ def prefill_with_capture(
                 before_last.forward_calls, before_last.n_tokens = calls, body
             out = model(mx.array([ids[a:b]]), cache=cache)
             calls += 1
-            logits = out[0, -1]
-            mx.eval(logits, [c.state for c in cache], recorder.arrays())
+            # Only the chunks whose last logits are kept evaluate the LM head ([N, vocab]); as in mlx-lm's own
+            # prefill, the others never compute it.
+            keep = b in (body, total)
+            logits = out[0, -1] if keep else logits
+            mx.eval([c.state for c in cache], recorder.arrays(), *([logits] if keep else []))
             if on_progress is not None:
                 on_progress(b, total)
     result = _result(cache, layer_of, recorder.states, skipped, logits)

@@ -384,15 +384,29 @@ class Session:
 
     # -- decoding ---------------------------------------------------------------------------------------------
     def _greedy(self, cache: list[Any], first: int, n: int, should_cancel: CancelCheck) -> list[int]:
-        """Greedy decode of n tokens starting by feeding `first`; mutates `cache`."""
-        tokens, tok = [], first
-        for _ in range(n):
-            if should_cancel is not None and should_cancel():
-                raise Cancelled(f"generation cancelled after {len(tokens)} of {n} tokens")
-            logits = self.model(mx.array([[tok]]), cache=cache)
+        """Greedy decode of n tokens starting by feeding `first`; mutates `cache`.
+
+        Pipelined as mlx-lm's `generate_step`: the next step is built and queued (`mx.async_eval`) before the
+        current token is read back, so the host builds step i+1 while the device runs step i.
+        """
+        tokens: list[int] = []
+
+        def step(y: mx.array) -> mx.array:
+            logits = self.model(y, cache=cache)
             self.forward_calls += 1
-            tok = int(mx.argmax(logits[0, -1]).item())
-            tokens.append(tok)
+            out = mx.argmax(logits[:, -1], axis=-1, keepdims=True)
+            mx.async_eval(out)
+            return out
+
+        if should_cancel is not None and should_cancel():
+            raise Cancelled(f"generation cancelled after 0 of {n} tokens")
+        y = step(mx.array([[first]])) if n > 0 else None
+        for i in range(n):
+            following = step(y) if i + 1 < n else None
+            tokens.append(int(y.item()))
+            if following is not None and should_cancel is not None and should_cancel():
+                raise Cancelled(f"generation cancelled after {len(tokens)} of {n} tokens")
+            y = following
         return tokens
 
     def _reference_logits(self, cache: list[Any], schedule: str, tokens: Sequence[int]) -> np.ndarray:
