@@ -102,7 +102,7 @@ class _SparseRows:
         self._prefix_counts: np.ndarray | None = None
         self._n_rows = 0
         self._pad_valid: mx.array | None = None
-        self._decode_valid: tuple[int, mx.array] | None = None
+        self._decode_valid: tuple[tuple[int, str], mx.array] | None = None
         self._selection_np: np.ndarray | None = None
 
     def _set_rows(
@@ -199,18 +199,22 @@ class _SparseRows:
             return mx.arange(self._n_rows, total)[:, None] >= mx.arange(total)[None]
         return "causal"
 
-    def per_head_mask(self, n_queries: int, n_q_heads: int | None = None) -> mx.array | None:
-        """[1, n_q_heads or H_kv, n_queries, n_rows] bool for a ragged layer (padding off, new tokens causal).
+    def per_head_mask(
+        self, n_queries: int, n_q_heads: int | None = None, dtype: mx.Dtype | None = None
+    ) -> mx.array | None:
+        """[1, n_q_heads or H_kv, n_queries, n_rows] mask for a ragged layer (padding off, new tokens causal).
 
         None for a layer whose heads keep equal counts. Called by `kvcore.attention.sdpa` after `update_and_fetch`,
         so the queries are the last appended rows; n_q_heads repeats the mask over each GQA group (fast path).
+        Bool, or with `dtype` the decode (one-query) mask is additive in that dtype (0 kept, -inf padding): MLX's
+        CUDA attention takes no bool mask and would convert it at every call.
         """
         if not self.is_ragged:
             return None
         repeat = 1 if n_q_heads is None else n_q_heads // self.n_heads
         n_prefix, n_app = self.n_prefix, self.n_appended
         if n_queries == 1:
-            return self._decode_mask(n_prefix + n_app, repeat)
+            return self._decode_mask(n_prefix + n_app, repeat, dtype)
         if self._pad_valid is None:
             valid = np.arange(n_prefix)[None, :] < self._prefix_counts[:, None]
             self._pad_valid = mx.array(valid)[None, :, None, :]
@@ -225,19 +229,23 @@ class _SparseRows:
         )
         return mx.repeat(mask, repeat, axis=1) if repeat > 1 else mask
 
-    def _decode_mask(self, n_rows: int, repeat: int) -> mx.array:
+    def _decode_mask(self, n_rows: int, repeat: int, dtype: mx.Dtype | None = None) -> mx.array:
         """[1, H_kv·repeat, 1, n_rows] for one new token: a slice of a mask kept at buffer capacity.
 
         A decoded token sees every stored row but the padding, so the mask only changes when the selection does
         or the buffer grows; building it once (not per token and layer) keeps ragged decode from allocating,
-        concatenating and repeating a mask each step.
+        concatenating, repeating or converting a mask each step.
         """
-        cached = self._decode_valid
-        if cached is None or cached[0] != repeat or cached[1].shape[-1] < n_rows:
+        cached, key = self._decode_valid, (repeat, str(dtype))
+        if cached is None or cached[0] != key or cached[1].shape[-1] < n_rows:
             capacity = max(n_rows, int(_parts(self.keys)[0].shape[2]))
             valid = np.ones((self.n_heads, capacity), dtype=bool)
             valid[:, : self.n_prefix] = np.arange(self.n_prefix)[None, :] < self._prefix_counts[:, None]
-            cached = (repeat, mx.array(np.repeat(valid, repeat, axis=0))[None, :, None, :])
+            mask = mx.array(np.repeat(valid, repeat, axis=0))[None, :, None, :]
+            if dtype is not None:
+                mask = mx.where(mask, mx.array(0, dtype), mx.array(-mx.inf, dtype))
+            mx.eval(mask)
+            cached = (key, mask)
             self._decode_valid = cached
         return cached[1][..., :n_rows]
 
