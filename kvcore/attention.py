@@ -5,7 +5,8 @@ Two things need more than that:
 
 - ragged per-head caches (AdaKV budgets) store each layer's heads padded to its longest head. The padding differs
   per layer and per head, so the shared mask cannot express it: such a cache offers
-  `per_head_mask(n_queries, n_q_heads)` (bool, [1, n_q_heads or H_kv, n_queries, T_kv], causal part included)
+  `per_head_mask(n_queries, n_q_heads, dtype)` ([1, n_q_heads or H_kv, n_queries, T_kv], causal part included;
+  bool, or additive in the queries' dtype for one query on the fast path)
   and it replaces the shared mask for that layer;
 - capture needs the post-RoPE queries, which `mx.fast.scaled_dot_product_attention` never returns (mlx issue
   2590): an observer set with `observing()` sees every call on its own thread. A latent (MLA) layer's call is
@@ -62,8 +63,9 @@ def sdpa(
     per_head = getattr(cache, "per_head_mask", None)
     if per_head is not None:
         # The fast path wants the mask per query head; mlx-lm's quantized path takes it per kv-head.
-        n_q_heads = None if hasattr(cache, "bits") else queries.shape[1]
-        head_mask = per_head(queries.shape[2], n_q_heads)
+        quantized = hasattr(cache, "bits")
+        n_q_heads = None if quantized else queries.shape[1]
+        head_mask = per_head(queries.shape[2], n_q_heads, None if quantized else queries.dtype)
         if head_mask is not None:
             mask = head_mask
     attend = getattr(cache, "attend", None)  # kvcore.residual: a packed body and a float residual

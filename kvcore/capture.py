@@ -9,9 +9,11 @@ through `kvcore.attention` sees each layer's post-RoPE queries and cached keys a
   CPU (MLX's CPU `exp` runs at ~25 M/s: ~8.5 s per 32-head layer at 4k tokens), so `h2o="lazy"` only keeps each
   chunk's queries (in the model's dtype) and `LayerObservation.ensure_h2o()` computes the same sums, bit for bit,
   the first time a method asks; the queries are dropped then. Memory until then: H_q/(2·H_kv) × the dense cache.
+  `h2o="auto"` (Session's) picks eager sums on a GPU and lazy on a CPU (`kvcore.capture_mode`, logged); eager
+  blocks are queued with `mx.async_eval`, so the sums run on the device alongside the forward pass.
 
-Nothing is evaluated inside the observer: the recorded arrays are evaluated with each chunk's logits, so MLX
-schedules them with the forward pass instead of stalling once per layer.
+Nothing blocks inside the observer: the recorded arrays are queued with `mx.async_eval` as each layer is seen (so
+the graph does not hold every layer's queries until the chunk ends) and the host never waits per layer.
 
 Keys themselves are not copied: after prefill they are read from the cache (post-RoPE, as mlx-lm stores them).
 A latent (MLA) layer is observed as attention uses it (`kvcore.mla`): one kv-head shared by every query head,
@@ -35,7 +37,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-from kvcore import attention, caches, mla
+from kvcore import attention, caches, capture_mode, mla
 from kvcore.defaults import DEFAULT_WINDOW
 
 # Upper bound on the elements of one block of attention probabilities [H_q, block, T] (64 MiB in float32).
@@ -92,6 +94,7 @@ class CaptureResult:
     forward_calls: int
     n_tokens: int
     before_last: CaptureResult | None = None  # hold_last=True: the same prefill one token earlier
+    h2o_mode: str = ""  # "eager", "lazy" or "off": how this prefill recorded h2o's sums
 
 
 @dataclass
@@ -123,11 +126,15 @@ class _Recorder:
         q = queries[0].astype(mx.float32)  # [H_q, N, D]
         state.n_q_heads, state.n_kv_heads, state.scale = q.shape[0], keys.shape[1], float(scale)
         tail = q if state.tail is None else mx.concatenate([state.tail, q], axis=1)
-        state.tail = tail[:, -self.window :]
+        # A compact copy: a slice would keep the whole chunk's float32 queries alive (H_q·chunk·D per layer).
+        state.tail = mx.contiguous(tail[:, -self.window :])
         if self.h2o == "lazy":
             state.queries.append(queries[0])
         elif self.h2o:
-            state.sums = _accumulate_h2o(state.sums, q, keys[0], float(scale))
+            state.sums = _accumulate_h2o(state.sums, q, keys[0], float(scale), wait=False)
+        # Queued now, not with the chunk's logits: otherwise the graph keeps every layer's chunk of queries alive
+        # until the end of the chunk (2x the chunk's dense cache for 32 q / 8 kv heads).
+        mx.async_eval(state.tail)
 
     def snapshot(self) -> dict[int, _LayerState]:
         """The states as they are now (arrays are immutable: later chunks rebind, never overwrite them)."""
@@ -139,14 +146,20 @@ class _Recorder:
     def arrays(self) -> list[mx.array]:
         """What must be evaluated with each chunk (the tails, and the queries kept for lazy h2o)."""
         out = [s.tail for s in self.states.values() if s.tail is not None]
+        out += [s.sums for s in self.states.values() if s.sums is not None]
         return out + [s.queries[-1] for s in self.states.values() if s.queries]
 
 
-def _accumulate_h2o(sums: mx.array | None, q: mx.array, keys: mx.array, scale: float) -> mx.array:
+def _accumulate_h2o(
+    sums: mx.array | None, q: mx.array, keys: mx.array, scale: float, wait: bool = True
+) -> mx.array:
     """Add the column sums of this chunk's causal softmax attention to `sums`, one block of queries at a time.
 
-    q: [H_q, N, D] are the last N of the T_k positions whose keys [H_kv, T_k, D] are cached.
+    q: [H_q, N, D] are the last N of the T_k positions whose keys [H_kv, T_k, D] are cached. Each block is
+    evaluated before the next is built (bounded memory); wait=False queues it (`mx.async_eval`) instead of
+    blocking, so capture inside the forward pass never stalls the host.
     """
+    evaluate = mx.eval if wait else mx.async_eval
     n_q_heads, n_new, head_dim = q.shape
     n_kv_heads, n_keys, _ = keys.shape
     group = n_q_heads // n_kv_heads
@@ -166,7 +179,7 @@ def _accumulate_h2o(sums: mx.array | None, q: mx.array, keys: mx.array, scale: f
         probs = mx.softmax(mx.where(visible, logits, -mx.inf), axis=-1, precise=True)
         column_sums = probs.sum(axis=2).reshape(n_q_heads, n_visible)
         total = total + mx.pad(column_sums, [(0, 0), (0, n_keys - n_visible)])
-        mx.eval(total)
+        evaluate(total)
     return total
 
 
@@ -193,7 +206,8 @@ def prefill_with_capture(
 ) -> CaptureResult:
     """Prefill `prompt_ids` into a fresh (or given, empty) cache in chunks, recording per-layer observations.
 
-    h2o: True computes the h2o sums now, False never, "lazy" keeps the queries so `ensure_h2o()` can on demand.
+    h2o: True or "eager" computes the h2o sums now, False never, "lazy" keeps the queries so `ensure_h2o()` can on
+    demand, "auto" chooses eager or lazy by backend (`kvcore.capture_mode`) and logs which and why.
     hold_last: feed the last token alone and keep the state before it as `before_last` (module docstring).
     Raises ValueError on an empty prompt or a window/chunk size below 1, `Cancelled` when `should_cancel()` says
     so between chunks, and `attention.UnsupportedArchitecture` when attention cannot be observed.
@@ -205,8 +219,13 @@ def prefill_with_capture(
         raise ValueError(f"window must be an integer >= 1, got {window!r}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
-    if h2o not in (True, False, "lazy"):
-        raise ValueError(f"h2o must be True, False or 'lazy', got {h2o!r}")
+    if h2o not in (True, False, "lazy", "eager", "auto"):
+        raise ValueError(f"h2o must be True, False, 'eager', 'lazy' or 'auto', got {h2o!r}")
+    if h2o == "auto":
+        chosen, why = capture_mode.resolve("auto")
+        capture_mode.log.info("h2o capture: %s (%s)", chosen, why)
+        h2o = chosen
+    h2o = True if h2o == "eager" else h2o
     attention.install(model)
     cache = make_prompt_cache(model) if cache is None else cache
     layer_of, skipped = _layer_map(cache)
@@ -226,12 +245,18 @@ def prefill_with_capture(
                 before_last.forward_calls, before_last.n_tokens = calls, body
             out = model(mx.array([ids[a:b]]), cache=cache)
             calls += 1
-            logits = out[0, -1]
-            mx.eval(logits, [c.state for c in cache], recorder.arrays())
+            # Only the chunks whose last logits are kept evaluate the LM head ([N, vocab]); as in mlx-lm's own
+            # prefill, the others never compute it.
+            keep = b in (body, total)
+            logits = out[0, -1] if keep else logits
+            mx.eval([c.state for c in cache], recorder.arrays(), *([logits] if keep else []))
             if on_progress is not None:
                 on_progress(b, total)
     result = _result(cache, layer_of, recorder.states, skipped, logits)
     result.forward_calls, result.n_tokens, result.before_last = calls, total, before_last
+    for r in (result, before_last):
+        if r is not None:
+            r.h2o_mode = "lazy" if h2o == "lazy" else "eager" if h2o else "off"
     if before_last is not None:
         before_last.cache = [
             _trimmed(c, body) if i in layer_of.values() else c for i, c in enumerate(before_last.cache)

@@ -83,3 +83,11 @@ DEFAULT_PROBE_LENGTHS: tuple[int, ...] = (800, 1600)
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
+
+#: How a prefill records h2o's column sums: "eager" computes them chunk by chunk during the prefill (no prefill
+#: queries kept beyond the capture window), "lazy" keeps every chunk's queries and computes the same sums when h2o is
+#: first asked for (H_q/(2·H_kv) × the dense cache until then), "auto" picks by backend (GPU eager, CPU lazy).
+H2O_CAPTURE_MODES: tuple[str, ...] = ("auto", "eager", "lazy")
+DEFAULT_H2O_CAPTURE = "auto"
+#: Environment variable that overrides "auto" (set it to "eager" or "lazy").
+H2O_CAPTURE_ENV = "KVLENS_H2O_CAPTURE"

@@ -2,7 +2,8 @@
 
 The dense cache, the captured observations and each method's ranking are kept, so a new retention ratio or
 bit width is a top-n slice, a gather and a quantize — never a second prefill. h2o's sums (costly on a CPU) are
-computed from the kept prefill queries the first time h2o is asked for, not at prefill. The dense greedy
+computed on a CPU from the kept prefill queries the first time h2o is asked for, on a GPU during the prefill
+(`kvcore.capture_mode`). The dense greedy
 continuation is computed once and is the reference every compressed state is measured against.
 
 Schedules (`kvcore.defaults.SCHEDULES`, a field of every config): "paper" compresses the whole prompt with the
@@ -36,6 +37,7 @@ from kvcore.defaults import (
     DEFAULT_CONTINUATION_TOKENS,
     DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
+    DEFAULT_H2O_CAPTURE,
     DEFAULT_KERNEL,
     DEFAULT_METHOD,
     DEFAULT_N_SINK,
@@ -316,7 +318,7 @@ class Session:
             self.model,
             ids,
             window=CAPTURE_WINDOW,
-            h2o="lazy",
+            h2o=DEFAULT_H2O_CAPTURE,
             hold_last=True,
             on_progress=on_progress,
             should_cancel=should_cancel,
@@ -405,15 +407,29 @@ class Session:
 
     # -- decoding ---------------------------------------------------------------------------------------------
     def _greedy(self, cache: list[Any], first: int, n: int, should_cancel: CancelCheck) -> list[int]:
-        """Greedy decode of n tokens starting by feeding `first`; mutates `cache`."""
-        tokens, tok = [], first
-        for _ in range(n):
-            if should_cancel is not None and should_cancel():
-                raise Cancelled(f"generation cancelled after {len(tokens)} of {n} tokens")
-            logits = self.model(mx.array([[tok]]), cache=cache)
+        """Greedy decode of n tokens starting by feeding `first`; mutates `cache`.
+
+        Pipelined as mlx-lm's `generate_step`: the next step is built and queued (`mx.async_eval`) before the
+        current token is read back, so the host builds step i+1 while the device runs step i.
+        """
+        tokens: list[int] = []
+
+        def step(y: mx.array) -> mx.array:
+            logits = self.model(y, cache=cache)
             self.forward_calls += 1
-            tok = int(mx.argmax(logits[0, -1]).item())
-            tokens.append(tok)
+            out = mx.argmax(logits[:, -1], axis=-1, keepdims=True)
+            mx.async_eval(out)
+            return out
+
+        if should_cancel is not None and should_cancel():
+            raise Cancelled(f"generation cancelled after 0 of {n} tokens")
+        y = step(mx.array([[first]])) if n > 0 else None
+        for i in range(n):
+            following = step(y) if i + 1 < n else None
+            tokens.append(int(y.item()))
+            if following is not None and should_cancel is not None and should_cancel():
+                raise Cancelled(f"generation cancelled after {len(tokens)} of {n} tokens")
+            y = following
         return tokens
 
     def _reference_logits(self, cache: list[Any], schedule: str, tokens: Sequence[int]) -> np.ndarray:
