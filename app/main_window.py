@@ -20,6 +20,7 @@ from app.engine_thread import EngineThread, JobFailure, JobResult
 from app.needles import NeedleController
 from app.pinning import PinController
 from app.plot_exports import ask_image_path, export_plot, export_rows
+from app.results_files import ResultsFiles
 from app.session_files import OPEN, SAVE, SessionFiles
 from app.settings import Settings
 from app.sweeping import SweepController
@@ -97,6 +98,7 @@ class MainWindow(QMainWindow):
         self.sweeping = SweepController(self)
         self.needles = NeedleController(self)
         self.session_files = SessionFiles(self)
+        self.results_files = ResultsFiles(self)
         self.actions_ = build_menus(self)
         self.pinning = PinController(self)
         self._guard = ArrowKeyGuard(self)
@@ -192,8 +194,11 @@ class MainWindow(QMainWindow):
             self._error("No model loaded", "Load a model before Prefill.")
             return None
         info = self.model_info
-        if info is not None and info.attention_sinks and self.controls.config()["bits"] is not None:
-            self._error("Quantized KV is not possible", model_checks.sinks_refusal(info.model_type))
+        refusal = info and model_checks.quantized_kv_refusal(
+            info.model_type, info.attention_sinks, bool(info.latent_rope_dim)
+        )
+        if refusal and self.controls.quantized():
+            self._error("Quantized KV is not possible", refusal)
             return None
         use_template, system = self.sessionPanel.chat_template()
         rid = self.engine.submit(
@@ -312,9 +317,15 @@ class MainWindow(QMainWindow):
         self.comparison.set_steps(None)
         self.metricsPanel.set_metrics({})
         self.statsTable.set_rows([])
+        heads = (
+            f"{info.n_q_heads} query heads sharing one latent kv-head of {info.head_dim} + "
+            f"{info.latent_rope_dim} RoPE"
+            if info.latent_rope_dim
+            else f"{info.n_q_heads} query / {info.n_kv_heads} kv-heads of {info.head_dim}"
+        )
         self.status.show(
-            f"Loaded {info.name}: {info.n_layers} layers, {info.n_q_heads} query / {info.n_kv_heads} kv-heads "
-            f"of {info.head_dim}, context {info.max_context or '?'}. Type or pick a prompt and Prefill "
+            f"Loaded {info.name}: {info.n_layers} layers, {heads}, "
+            f"context {info.max_context or '?'}. Type or pick a prompt and Prefill "
             f"({native_shortcut('Ctrl+Return')}). {cleared}".strip()
         )
 
@@ -448,6 +459,7 @@ class MainWindow(QMainWindow):
             "ratio": s.last_ratio,
             "bits": s.last_bits,
             "value_bits": s.last_value_bits,
+            "fp_recent": s.last_fp_recent,
             "group_size": s.last_group_size,
             "schedule": s.last_schedule,
         }
@@ -475,6 +487,7 @@ class MainWindow(QMainWindow):
             cfg["group_size"],
             cfg["schedule"],
         )
+        s.last_fp_recent = cfg["fp_recent"]
         return s.save()
 
     def shut_down(self) -> None:

@@ -33,14 +33,13 @@ def _keys(shortcut: str) -> str:
 
 def config_label(config: dict[str, Any]) -> str:
     """A configuration in a few words, e.g. 'snapkv 25 % · 4-bit g64'."""
-    bits = config.get("bits")
-    quant = (
-        f"{UNQUANTIZED_BITS}-bit"
-        if bits in (None, UNQUANTIZED_BITS)
-        else f"{bits}-bit g{config.get('group_size')}"
-    )
-    if bits not in (None, UNQUANTIZED_BITS) and config.get("value_bits") not in (None, bits):
-        quant = f"K{bits}/V{config['value_bits']}-bit g{config.get('group_size')}"
+    bits = config.get("bits") or UNQUANTIZED_BITS
+    value_bits = config.get("value_bits") or bits
+    quant = f"{bits}-bit" if bits == UNQUANTIZED_BITS else f"{bits}-bit g{config.get('group_size')}"
+    if value_bits != bits:
+        quant = f"K{bits}/V{value_bits}-bit g{config.get('group_size')}"
+    if config.get("fp_recent"):
+        quant += f" fp{config['fp_recent']}"
     shared = "" if config.get("per_head", True) else " · shared"
     return f"{config['method']} {100 * config['ratio']:.0f} % · {quant}{shared}"
 

@@ -23,6 +23,7 @@ from app.pinning import Pin
 from app.view_model import CompressionView, LoadedModel, SequenceView, sequence_view
 from app.widgets.heatmap import VIEWS
 from kvcore import session_file
+from kvcore.defaults import DEFAULT_FP_RECENT
 from kvcore.session import Session
 
 if TYPE_CHECKING:
@@ -221,8 +222,8 @@ class SessionFiles:
         controls.blockSignals(True)
         check.blockSignals(True)
         try:
-            if isinstance(extra.get("config"), dict):
-                controls.set_config(extra["config"])
+            if isinstance(extra.get("config"), dict):  # files from before the float residual had none: 0
+                controls.set_config({"fp_recent": DEFAULT_FP_RECENT, **extra["config"]})
             if isinstance(extra.get("auto_regenerate"), bool):
                 controls.autoRegenerateCheck.setChecked(extra["auto_regenerate"])
         except ValueError as e:

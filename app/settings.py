@@ -15,6 +15,7 @@ from kvcore.defaults import (
     ALLOWED_BITS,
     ALLOWED_GROUP_SIZES,
     DEFAULT_BITS,
+    DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
     DEFAULT_METHOD,
     DEFAULT_RATIO,
@@ -56,11 +57,13 @@ _CHECKS = {
     "geometry": lambda v: isinstance(v, str) and len(v) <= 65536 and _BASE64.fullmatch(v) is not None,
     "recent_models": lambda v: isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v),
     "recent_sessions": lambda v: isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v),
+    "recent_results": lambda v: isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v),
     "last_prompt": lambda v: isinstance(v, str),
     "last_method": lambda v: isinstance(v, str) and bool(v),
     "last_ratio": _is_ratio,
     "last_bits": _is_bits,
     "last_value_bits": _is_bits,
+    "last_fp_recent": lambda v: _is_int(v) and v >= 0,
     "last_group_size": lambda v: _is_int(v) and v in ALLOWED_GROUP_SIZES,
     "last_schedule": lambda v: v in SCHEDULES,
     "chat_template": lambda v: isinstance(v, bool),
@@ -76,11 +79,13 @@ class Settings:
     geometry: str = ""
     recent_models: list[str] = field(default_factory=list)
     recent_sessions: list[str] = field(default_factory=list)  # .kvlens files saved or opened, newest first
+    recent_results: list[str] = field(default_factory=list)  # prompt-set results files opened, newest first
     last_prompt: str = ""
     last_method: str = DEFAULT_METHOD
     last_ratio: float = DEFAULT_RATIO
     last_bits: int | None = DEFAULT_BITS
     last_value_bits: int | None = DEFAULT_VALUE_BITS  # None: the keys' width (no split)
+    last_fp_recent: int = DEFAULT_FP_RECENT  # the float residual's R (0: none)
     last_group_size: int = DEFAULT_GROUP_SIZE
     last_schedule: str = DEFAULT_SCHEDULE
     chat_template: bool = True  # the Session panel's box: apply the tokenizer's template when it has one
@@ -94,6 +99,10 @@ class Settings:
     def add_recent_session(self, path: str) -> None:
         """Move a session file to the front of File ▸ Open Recent Session."""
         self.recent_sessions = _front(path, self.recent_sessions)
+
+    def add_recent_results(self, path: str) -> None:
+        """Move a results file to the front of File ▸ Open Recent Results."""
+        self.recent_results = _front(path, self.recent_results)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-serialisable fields (the file path is not stored)."""
@@ -127,6 +136,7 @@ class Settings:
                 bad.append(name)
         settings.recent_models = settings.recent_models[:MAX_RECENT]
         settings.recent_sessions = settings.recent_sessions[:MAX_RECENT]
+        settings.recent_results = settings.recent_results[:MAX_RECENT]
         if bad:
             return settings, f"Settings file {target}: invalid {', '.join(bad)}; defaults used for those."
         return settings, None

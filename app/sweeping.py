@@ -4,7 +4,8 @@ the frontier plot, cancel (finished points stay), apply a clicked point, export 
 A sweep is measured against the dense continuation on screen, so a new prefill, a longer continuation or
 another model clears it, and the status bar says so. Applying a point sets the compression controls to its
 configuration; the usual coalesced recompress then redraws the heatmap, continuations and statistics from the
-same prefill.
+same prefill. The plot may instead show a prompt-set results file (app.results_files): those points belong to
+no session, so a new prefill keeps them and clicking one only says its configuration in the status bar.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from app import jobs
 from app.engine_thread import JobFailure, JobResult
 from app.pinning import config_label
 from app.plot_exports import ask_image_path, export_plot, export_rows
+from app.widgets.frontier import result_text
 from kvcore.export import SWEEP_COLUMNS
 from kvcore.session import CompressionConfig
+from kvcore.set_results import ResultPoint
 from kvcore.sweep import SweepPoint, check_group_size, grid, remaining_seconds
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ class SweepController:
         self.plot = self.panel.frontier
         self.request_id: int | None = None
         self.total = 0
+        self.results_path: Path | None = None  # the results file the plot shows, when it shows one
         self.panel.runRequested.connect(self.run)
         self.panel.cancelRequested.connect(self.cancel)
         self.panel.exportCsvRequested.connect(self.export_csv_dialog)
@@ -58,8 +62,19 @@ class SweepController:
     def running(self) -> bool:
         return self.request_id is not None
 
-    def points(self) -> list[SweepPoint]:
+    def points(self) -> list[SweepPoint | ResultPoint]:
         return self.plot.points()
+
+    def show_results(self, points: list[ResultPoint], path: str | Path) -> None:
+        """Show a results file's configurations in the frontier plot (a sweep shown there is replaced)."""
+        self.results_path = Path(path)
+        self.plot.set_points(points)
+        prompts = max(p.prompts for p in points)
+        self.panel.set_status(
+            f"{self.results_path.name}: {len(points)} configurations over {prompts} prompts; "
+            f"{len(self.plot.frontier())} on the frontier of the means. Hover a point for its interval."
+        )
+        self.show_dock()
 
     def show_dock(self) -> None:
         dock = self.window.sweepDock
@@ -88,6 +103,7 @@ class SweepController:
             w._error("Cannot run the sweep", str(exc))
             return None
         self.plot.clear()
+        self.results_path = None
         self.total = len(configs)
         self.panel.set_running(True, self.total)
         self.request_id = w.engine.submit(KIND, jobs.sweep([c.to_dict() for c in configs]))
@@ -130,7 +146,10 @@ class SweepController:
             self.window._error("Sweep failed", failure.message)
 
     def clear(self, reason: str) -> str:
-        """Forget the sweep (cancelling one in flight); returns what to tell the user ("" if there was none)."""
+        """Forget the sweep (cancelling one in flight); returns what to tell the user ("" if there was none).
+        A results file's points stay: they were measured on no prefill of this window."""
+        if self.plot.showing_results():
+            return ""
         had = bool(self.points()) or self.running
         if self.running:
             self.cancel()
@@ -146,6 +165,12 @@ class SweepController:
         """Set the controls to point `index`'s configuration; the recompress redraws everything (no prefill)."""
         point = self.points()[index]
         w = self.window
+        if isinstance(point, ResultPoint):
+            w.status.show(
+                f"{result_text(point)} (from {self.results_path.name}: a results file has no session here, "
+                "so nothing was applied; set it in the Compression panel to see it on your prompt)"
+            )
+            return
         w.controls.set_config(point.config.to_dict())
         if not w.controls.auto_regenerate():
             w.request_compression(regenerate=True)
@@ -159,6 +184,13 @@ class SweepController:
     def export_csv(self, path: str | Path) -> bool:
         """Write the sweep with `kvlens sweep`'s columns; a message instead of an exception on failure."""
         w = self.window
+        if self.plot.showing_results():
+            w._error(
+                "Nothing to export",
+                f"The plot shows {self.results_path}: that file already holds these results. Run a sweep to "
+                "export a new one.",
+            )
+            return False
         rows = self.csv_rows()
         if not export_rows(w, path, rows, SWEEP_COLUMNS, "Run a sweep first: it has no points yet."):
             return False

@@ -6,6 +6,7 @@ Kept apart from main_window.py so that file reads as the request/result flow onl
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.results_files import OPEN_RESULTS_SHORTCUT
 from app.session_files import OPEN_SHORTCUT, SAVE_SHORTCUT
 from app.widgets.stats_table import StatsTable
 from kvcore import __version__
@@ -106,6 +108,8 @@ class WindowActions:
     open_session: QAction
     save_session: QAction
     recent_sessions: QMenu
+    open_results: QAction
+    recent_results: QMenu
     recent_menu: QMenu
     export_csv: QAction
     export_image: QAction
@@ -118,19 +122,24 @@ class WindowActions:
 
     def rebuild_recent(self, models: list[str]) -> None:
         """Refill File ▸ Open Recent."""
-        self.recent_menu.clear()
-        for spec in models:
-            action = self.recent_menu.addAction(spec)
-            action.triggered.connect(lambda _=False, s=spec: self.window.load_model(s))
-        self.recent_menu.setEnabled(bool(models))
+        _fill(self.recent_menu, models, self.window.load_model)
 
     def rebuild_recent_sessions(self, paths: list[str]) -> None:
         """Refill File ▸ Open Recent Session."""
-        self.recent_sessions.clear()
-        for path in paths:
-            action = self.recent_sessions.addAction(path)
-            action.triggered.connect(lambda _=False, p=path: self.window.session_files.open(p))
-        self.recent_sessions.setEnabled(bool(paths))
+        _fill(self.recent_sessions, paths, self.window.session_files.open)
+
+    def rebuild_recent_results(self, paths: list[str]) -> None:
+        """Refill File ▸ Open Recent Results."""
+        _fill(self.recent_results, paths, self.window.results_files.open)
+
+
+def _fill(menu: QMenu, items: list[str], open_item: Callable[[str], object]) -> None:
+    """One action per item, newest first, each opening its item; the menu greyed out when empty."""
+    menu.clear()
+    for item in items:
+        action = menu.addAction(item)
+        action.triggered.connect(lambda _=False, i=item: open_item(i))
+    menu.setEnabled(bool(items))
 
 
 def _action(
@@ -163,6 +172,16 @@ def build_menus(window: MainWindow) -> WindowActions:
     file_menu.addAction(open_session)
     recent_sessions = file_menu.addMenu("Open Recent Sessio&n")
     file_menu.addAction(save_session)
+    file_menu.addSeparator()
+    open_results = _action(
+        window,
+        "Open Resul&ts…",
+        window.results_files.open_dialog,
+        OPEN_RESULTS_SHORTCUT,
+        "Show a prompt-set results file (kvlens sweep --prompts) on the frontier, with intervals",
+    )
+    file_menu.addAction(open_results)
+    recent_results = file_menu.addMenu("Open Recent Res&ults")
     file_menu.addSeparator()
     export_csv = _action(
         window, "Export &CSV…", window.export_csv_dialog, "Ctrl+E", "Save the statistics table"
@@ -215,6 +234,8 @@ def build_menus(window: MainWindow) -> WindowActions:
         open_session,
         save_session,
         recent_sessions,
+        open_results,
+        recent_results,
         recent_menu,
         export_csv,
         export_image,
@@ -227,6 +248,7 @@ def build_menus(window: MainWindow) -> WindowActions:
     )
     actions.rebuild_recent(window.settings.recent_models)
     actions.rebuild_recent_sessions(window.settings.recent_sessions)
+    actions.rebuild_recent_results(window.settings.recent_results)
     return actions
 
 

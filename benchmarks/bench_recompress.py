@@ -3,7 +3,8 @@
 What is timed is exactly what `Session.compress` reports as `recompress_ms`: the cached ranking sliced at a new
 ratio (`selection.select`) and `select_positions` (every layer's gather in one evaluation) — from the dense cache,
 or for a quantized config from the dense cache packed once per bit width (what Session does now). The old quantized
-path (gather, then `quantize_cache` of the kept rows) and the one-time packing are reported next to it. The floor is one plain copy of every layer's K and V (`mx.array` of the dense rows). The
+path (gather, then `quantize_cache` of the kept rows) and the one-time packing are reported next to it. The floor is one plain copy of every layer's K and V (`mx.array` of the dense rows). The fp
+rows also time the per-layer path of before issue 15 (`benchmarks.select_positions_before`) in the same run. The
 caches are bf16 with the real models' shapes (all layers); the ranking (knorm) is computed once beforehand, as the
 Session caches it per method.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from benchmarks import select_positions_before
 from benchmarks.common import Row, best_ms, judge, peak_mb_of, synthetic_cache
 from kvcore import caches
 from kvcore.capture import LayerObservation
@@ -52,6 +54,12 @@ def _at(name: str, T: int, repeats: int, ratio: float) -> list[Row]:
     def fp_checked() -> None:
         caches.select_positions(dense, select(ranking, ratio))
 
+    def fp_before() -> None:
+        select_positions_before.select_positions(dense, select(ranking, ratio), validate=False)
+
+    def fp_checked_before() -> None:
+        select_positions_before.select_positions(dense, select(ranking, ratio))
+
     def pack() -> list:
         return caches.quantize_cache(dense, bits=4, group_size=64)
 
@@ -72,11 +80,16 @@ def _at(name: str, T: int, repeats: int, ratio: float) -> list[Row]:
         (f"select {pct}% + gather of 4-bit packed (Session)", q4),
         (f"select {pct}% + gather + quantize 4-bit (before)", q4_old),
     )
+    before = {cases[0][0]: fp_before, cases[1][0]: fp_checked_before}
     for case, fn in cases:
         ms, peak = peak_mb_of(lambda f=fn: best_ms(f, repeats))
         row = Row(bench="recompress", case=case, value=ms, peak_mb=peak, baseline=copy_ms,
                   target="<= 2x one plain copy", **base)  # fmt: skip
         row.extra = {"ms_per_1k_tokens": ms / T * 1000}
+        if case in before:  # the per-layer path of before issue 15, measured in the same run
+            old_ms = best_ms(before[case], repeats)
+            row.extra.update(before_ms=old_ms, x_before=ms / old_ms)
+            row.note = f"per-layer path before: {old_ms:.2f} ms ({ms / old_ms:.2f}x)"
         rows.append(judge(row, ms / copy_ms, maximum=2.0))
     ms, peak = peak_mb_of(lambda: best_ms(pack, repeats))
     rows.append(Row(bench="recompress", case="pack dense cache 4-bit (once per bit width)", value=ms,

@@ -1,19 +1,24 @@
-"""GPU figures (MLX CUDA backend, or Metal): recompress, decode and peak memory with Llama-3.1-8B shapes in bf16.
+"""GPU figures (MLX CUDA backend, or Metal): recompress, decode, prefill with capture, regenerate, peak memory.
 
-    PYTHONUNBUFFERED=1 python -m benchmarks.gpu_bench --out DIR       # ~30 s of benchmark on an H200
+    PYTHONUNBUFFERED=1 python -m benchmarks.gpu_bench --out DIR       # Llama-3.1-8B bf16, 8k and 32k (a GPU)
+    python -m benchmarks.gpu_bench --out DIR --small                  # the same rows, small shapes: a CPU smoke run
 
 One run measures side by side, on the default device (a GPU):
   a. recompress on a dense 32-layer bf16 cache (H_kv 8, head_dim 128) at 8k and 32k: `kvcore.select_positions`
      at 25 % with per-head 2-D indices, with ragged AdaKV lists (as numpy arrays and as Python lists), slicing
      the cached knorm ranking + gather (validated), 4-bit `quantize_cache` of the dense cache, the 25 % gather of
      the 4-bit packed cache — against one plain copy of the cache (`mx.array` of every layer's K and V + eval)
-     and `copy_cache` (copy-on-write: no bytes move). Median of `--repeats` runs after two warm-ups.
+     and `copy_cache` (copy-on-write: no bytes move); also trusted indices (`validate=False`, Session's slider
+     path) and the per-layer path of before issue 15 (`benchmarks.select_positions_before`). Every case is warmed
+     up twice, then `--repeats` rounds interleave the cases; median per case.
   b. decode tok/s at 8k and 32k: kvcore B0 (`to_sparse_all`, kvcore attention installed) against mlx-lm's
      `KVCache`, 25 % retention (2-D and AdaKV ragged), and 4-bit `quantize_cache` against mlx-lm's
      `QuantizedKVCache` 4-bit — the greedy loop of `benchmarks.bench_decode.decode` (model, argmax, `mx.eval`
      per token), rounds interleaved, median over rounds. A case whose kernel the backend lacks (MLX 0.32.4 CUDA
      has no `quantized_matmul` for the quantized attention's shape) is reported as FAILED, and the run goes on.
   c. peak memory per case (`mx.reset_peak_memory` before it): the total peak and the part above what was resident.
+  d, e. prefill with capture against mlx-lm's plain prefill, and Session.regenerate against generate_step
+     (`benchmarks.gpu_prefill_regen`).
 
 The model is mlx-lm's `llama.Model` with random weights and the real Llama-3.1-8B config (full vocabulary 128256,
 llama3 RoPE scaling); decode caches are synthetic (random K/V in a `KVCache` of the right length), as in the CPU
@@ -35,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import common
+from benchmarks import common, gpu_prefill_regen, select_positions_before
 from benchmarks.bench_decode import attention_for, decode
 from benchmarks.common import Row, synthetic_cache
 from kvcore import caches
@@ -69,6 +74,14 @@ common.CONFIGS.setdefault(
         max_position_embeddings=131072,
         tie_word_embeddings=False,
         vocab_size=128256,
+    ),
+)
+SMALL = NAME + " (small)"
+# --small: the 8B head layout (32 q / 8 kv heads of 128) in 4 thin layers with a 32k vocabulary, float32 (CPU BLAS).
+common.CONFIGS.setdefault(
+    SMALL,
+    dict(
+        common.CONFIGS[NAME], hidden_size=512, intermediate_size=1024, num_hidden_layers=4, vocab_size=32000
     ),
 )
 LAYERS, H_Q, H_KV, HEAD_DIM = 32, 32, 8, 128
@@ -122,9 +135,33 @@ def _seed_compare(row: Row, key: tuple[str, int], higher_is_better: bool) -> Row
     return row
 
 
-def recompress(T: int, repeats: int) -> list[Row]:
-    """Section a at one context: every gather / pack / copy of a dense 32-layer bf16 cache."""
-    dense = synthetic_cache(LAYERS, H_KV, HEAD_DIM, T, mx.bfloat16)
+def measure_interleaved(
+    cases: list[tuple[str, Callable[[], Any], str]], repeats: int
+) -> dict[str, tuple[float, float, float, float]]:
+    """measure() for several cases, rounds interleaved: two warm-ups each, then `repeats` rounds over all cases."""
+    for _, fn, _ in cases:
+        for _ in range(2):
+            fn()
+            mx.synchronize()
+    times: dict[str, list[float]] = {c: [] for c, _, _ in cases}
+    for _ in range(repeats):
+        for case, fn, _ in cases:
+            mx.synchronize()
+            start = time.perf_counter()
+            out = fn()
+            mx.synchronize()
+            times[case].append((time.perf_counter() - start) * 1e3)
+            del out
+    out = {}
+    for case, fn, _ in cases:
+        _, _, peak, extra = measure(fn, 1, warmup=0)
+        out[case] = (statistics.median(times[case]), min(times[case]), peak, extra)
+    return out
+
+
+def recompress(T: int, repeats: int, n_layers: int = LAYERS, dtype: Any = None) -> list[Row]:
+    """Section a at one context: every gather / pack / copy of a dense bf16 cache of the 8B's head layout."""
+    dense = synthetic_cache(n_layers, H_KV, HEAD_DIM, T, dtype or mx.bfloat16)
     q = mx.zeros((H_Q, 1, HEAD_DIM))
     obs = [LayerObservation(c.keys[0, :, :T], q, None, H_Q, H_KV, HEAD_DIM**-0.5) for c in dense]
     ranking = rank(obs, "knorm")
@@ -151,6 +188,16 @@ def recompress(T: int, repeats: int) -> list[Row]:
             "select 25% per-head 2-D",
             lambda: caches.select_positions(dense, per_head),
             "numpy [H_kv, n] per layer",
+        ),
+        (
+            "select 25% per-head 2-D, trusted (Session)",
+            lambda: caches.select_positions(dense, per_head, validate=False),
+            "validate=False, as Session.compress",
+        ),
+        (
+            "select 25% per-head 2-D, per-layer path before issue 15",
+            lambda: select_positions_before.select_positions(dense, per_head),
+            "benchmarks/select_positions_before.py",
         ),
         (
             "select 25% ragged AdaKV (numpy)",
@@ -181,13 +228,14 @@ def recompress(T: int, repeats: int) -> list[Row]:
     ]
     rows: list[Row] = []
     copy_ms = None
+    measured = measure_interleaved(cases, repeats)
     for case, fn, note in cases:
-        med, best, peak, extra = measure(fn, repeats)
+        med, best, peak, extra = measured[case]
         out = fn()
         arrays = isinstance(out, list) and out and isinstance(out[0], mx.array)
         nbytes = sum(a.nbytes for a in out) if arrays else caches.cache_tensor_bytes(out)
         del out
-        row = Row(bench="recompress", case=case, model=NAME + " (bf16 cache)", context=T, layers=LAYERS,
+        row = Row(bench="recompress", case=case, model=NAME + " (bf16 cache)", context=T, layers=n_layers,
                   value=med, unit="ms", peak_mb=peak, note=note)  # fmt: skip
         row.extra = {
             "min_ms": round(best, 3),
@@ -200,14 +248,24 @@ def recompress(T: int, repeats: int) -> list[Row]:
         row.extra["x_plain_copy"] = round(med / copy_ms, 3)
         rows.append(_seed_compare(row, (case, T), higher_is_better=False))
         print(f"  recompress T={T} {case}: {med:.2f} ms (min {best:.2f}), +{extra:.0f} MiB", flush=True)
+    by_case = {r.case: r for r in rows}
+    before = by_case["select 25% per-head 2-D, per-layer path before issue 15"].value
+    limit = 2.0 if T >= 32768 else 3.0  # issue 15's must-show: <= 2x one plain copy at 32k, <= 3x at 8k
+    for case in ("select 25% per-head 2-D", "select 25% per-head 2-D, trusted (Session)"):
+        row = by_case[case]
+        row.extra["x_before_issue15"] = round(row.value / before, 3)
+        row.extra["issue15_target"] = (
+            f"<= {limit:g}x plain copy: {'yes' if row.extra['x_plain_copy'] <= limit else 'NO'}"
+        )
     mx.clear_cache()
     return rows
 
 
-def decode_rows(model: Any, T: int, n_tokens: int, rounds: int) -> list[Row]:
+def decode_rows(model: Any, T: int, n_tokens: int, rounds: int, name: str = NAME) -> list[Row]:
     """Section b at one context: tokens/s of every cache in the same greedy loop, rounds interleaved."""
     n_layers = len(model.layers)
-    dense = synthetic_cache(n_layers, H_KV, HEAD_DIM, T, mx.bfloat16)
+    dtype = model.layers[0].self_attn.q_proj.weight.dtype
+    dense = synthetic_cache(n_layers, H_KV, HEAD_DIM, T, dtype)
     obs = [LayerObservation(c.keys[0, :, :T], mx.zeros((H_Q, 1, HEAD_DIM)), None, H_Q, H_KV, HEAD_DIM**-0.5)
            for c in dense]  # fmt: skip
     ranking = rank(obs, "knorm")
@@ -254,10 +312,10 @@ def decode_rows(model: Any, T: int, n_tokens: int, rounds: int) -> list[Row]:
     rows = []
     for case in cases:
         if case in failed:
-            rows.append(Row(bench="decode", case=case, model=NAME, context=T, layers=n_layers, unit="tok/s",
+            rows.append(Row(bench="decode", case=case, model=name, context=T, layers=n_layers, unit="tok/s",
                             ok="FAILED", note=failed[case].replace("|", "/")))  # fmt: skip
             continue
-        row = Row(bench="decode", case=case, model=NAME, context=T, layers=n_layers, value=med[case],
+        row = Row(bench="decode", case=case, model=name, context=T, layers=n_layers, value=med[case],
                   unit="tok/s", peak_mb=peaks[case][0])  # fmt: skip
         row.extra = {
             "best_tok_s": round(max(tps[case]), 2),
@@ -312,14 +370,30 @@ def table(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--contexts", type=int, nargs="+", default=[8192, 32768])
-    ap.add_argument("--repeats", type=int, default=9, help="timed runs per recompress case (median)")
+    ap.add_argument(
+        "--small", action="store_true", help="4 thin layers, float32, 512/1024 tokens: a CPU smoke run"
+    )
+    ap.add_argument(
+        "--contexts", type=int, nargs="+", default=None, help="default 8192 32768 (--small: 512 1024)"
+    )
+    ap.add_argument("--repeats", type=int, default=None, help="interleaved recompress rounds (9; --small 5)")
     ap.add_argument("--decode-layers", type=int, default=LAYERS)
-    ap.add_argument("--tokens", type=int, default=32, help="timed tokens per decode run")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved decode rounds (median)")
-    ap.add_argument("--skip-decode", action="store_true")
-    ap.add_argument("--skip-recompress", action="store_true")
+    ap.add_argument(
+        "--tokens", type=int, default=None, help="timed decode tokens, regenerate's n (32; --small 16)"
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=None, help="interleaved decode/prefill/regenerate rounds (3; 2)"
+    )
+    for section in ("recompress", "decode", "prefill", "regenerate"):
+        ap.add_argument(f"--skip-{section}", action="store_true")
     args = ap.parse_args(argv)
+    name = SMALL if args.small else NAME
+    args.repeats = args.repeats or (5 if args.small else 9)
+    args.tokens = args.tokens or (16 if args.small else 32)
+    args.rounds = args.rounds or (2 if args.small else 3)
+    contexts = args.contexts or ([512, 1024] if args.small else [8192, 32768])
+    dtype = mx.float32 if args.small else mx.bfloat16
+    cache_layers = common.CONFIGS[name]["num_hidden_layers"]
     args.out.mkdir(parents=True, exist_ok=True)
     csv_path = args.out / "gpu_results.csv"
     t0 = time.perf_counter()
@@ -331,25 +405,35 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"device {dev}, {info.get('device_name', info.get('architecture', '?'))}, mlx {mx.__version__}, "
-        f"mlx-lm {mlx_lm.__version__}, Python {platform.python_version()}, {platform.machine()}",
+        f"mlx-lm {mlx_lm.__version__}, Python {platform.python_version()}, {platform.machine()}, model {name}",
         flush=True,
     )
-    if dev.type != mx.gpu:
+    if dev.type != mx.gpu and not args.small:
         print("WARNING: default device is not a GPU", file=sys.stderr)
     rows: list[Row] = []
-    for T in [] if args.skip_recompress else args.contexts:
-        rows += recompress(T, args.repeats)
+
+    def done(what: str) -> None:
         write(rows, csv_path)
-        print(f"[{time.perf_counter() - t0:.0f} s] recompress T={T} done", flush=True)
-    if not args.skip_decode:
+        print(f"[{time.perf_counter() - t0:.0f} s] {what} done", flush=True)
+
+    for T in [] if args.skip_recompress else contexts:
+        rows += recompress(T, args.repeats, cache_layers)
+        done(f"recompress T={T}")
+    model = None
+    if not (args.skip_decode and args.skip_prefill and args.skip_regenerate):
         start = time.perf_counter()
-        model = common.build(NAME, n_layers=args.decode_layers, dtype=mx.bfloat16)
+        model = common.build(name, n_layers=args.decode_layers, dtype=dtype)
         print(f"[{time.perf_counter() - t0:.0f} s] model built in {time.perf_counter() - start:.1f} s, "
               f"{_mib(mx.get_active_memory()):.0f} MiB resident", flush=True)  # fmt: skip
-        for T in args.contexts:
-            rows += decode_rows(model, T, args.tokens, args.rounds)
-            write(rows, csv_path)
-            print(f"[{time.perf_counter() - t0:.0f} s] decode T={T} done", flush=True)
+    for T in [] if args.skip_decode else contexts:
+        rows += decode_rows(model, T, args.tokens, args.rounds, name)
+        done(f"decode T={T}")
+    for T in [] if args.skip_prefill else contexts:
+        rows += gpu_prefill_regen.prefill_rows(model, name, T, args.rounds)
+        done(f"prefill T={T}")
+    for T in [] if args.skip_regenerate else contexts:
+        rows += gpu_prefill_regen.regenerate_rows(model, name, T, args.tokens, args.rounds)
+        done(f"regenerate T={T}")
     text = table(rows)
     (args.out / "gpu_results.md").write_text(text + "\n")
     print(text)

@@ -5,10 +5,13 @@ Two things need more than that:
 
 - ragged per-head caches (AdaKV budgets) store each layer's heads padded to its longest head. The padding differs
   per layer and per head, so the shared mask cannot express it: such a cache offers
-  `per_head_mask(n_queries, n_q_heads)` (bool, [1, n_q_heads or H_kv, n_queries, T_kv], causal part included)
+  `per_head_mask(n_queries, n_q_heads, dtype)` ([1, n_q_heads or H_kv, n_queries, T_kv], causal part included;
+  bool, or additive in the queries' dtype for one query on the fast path)
   and it replaces the shared mask for that layer;
 - capture needs the post-RoPE queries, which `mx.fast.scaled_dot_product_attention` never returns (mlx issue
-  2590): an observer set with `observing()` sees every call on its own thread.
+  2590): an observer set with `observing()` sees every call on its own thread. A latent (MLA) layer's call is
+  shown to it in the form attention uses (`kvcore.mla`: one kv-head, queries and keys in latent space,
+  `latent=True`), not as the per-head projections mlx-lm passes.
 
 For caches without `per_head_mask` and no observer, this calls exactly what mlx-lm would.
 """
@@ -25,11 +28,15 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import base as mlx_base
 
+from kvcore import mla
+from kvcore.defaults import UNQUANTIZED_BITS
+
 _NAME = "scaled_dot_product_attention"
 _ORIGINAL = "_kvlens_original_sdpa"
 _local = threading.local()
 
-Observer = Callable[[mx.array, Any, Any, Any, float, Any], None]
+#: observer(queries, keys, values, cache, scale, mask), plus `latent=True` for a latent layer (kvcore.mla).
+Observer = Callable[..., None]
 
 
 class UnsupportedArchitecture(ValueError):
@@ -48,14 +55,24 @@ def sdpa(
     """Drop-in for `mlx_lm.models.base.scaled_dot_product_attention` with per-head masks and observers."""
     observer = getattr(_local, "observer", None)
     if observer is not None:
-        observer(queries, keys, values, cache, scale, mask)
+        latent = mla.observed_form(queries, cache)
+        if latent is None:
+            observer(queries, keys, values, cache, scale, mask)
+        else:
+            observer(*latent, cache, scale, "causal", latent=True)
     per_head = getattr(cache, "per_head_mask", None)
     if per_head is not None:
         # The fast path wants the mask per query head; mlx-lm's quantized path takes it per kv-head.
-        n_q_heads = None if hasattr(cache, "bits") else queries.shape[1]
-        head_mask = per_head(queries.shape[2], n_q_heads)
+        quantized = hasattr(cache, "bits")
+        n_q_heads = None if quantized else queries.shape[1]
+        head_mask = per_head(queries.shape[2], n_q_heads, None if quantized else queries.dtype)
         if head_mask is not None:
             mask = head_mask
+    attend = getattr(cache, "attend", None)  # kvcore.residual: a packed body and a float residual
+    if attend is not None:
+        if sinks is not None:
+            raise ValueError("Quantized SDPA does not support attention sinks.")
+        return attend(queries, keys, values, scale)
     value_bits = getattr(cache, "value_bits", None)
     if value_bits is not None and value_bits != cache.bits:
         if sinks is not None:
@@ -80,7 +97,8 @@ def split_quantized_sdpa(
 
     Same steps as `mlx_lm.models.base.quantized_scaled_dot_product_attention`: scores from the packed keys,
     the mask (string "causal" aligned bottom-right, bool or additive, per kv-head), a precise softmax, then the
-    weighted sum of the packed values; only the two `bits` differ.
+    weighted sum of the packed values; only the two `bits` differ. A side of width 16 (UNQUANTIZED_BITS) is one
+    float array and goes through a plain matmul.
     """
     B, n_q_heads, L, D = queries.shape
     n_kv_heads = q_keys[0].shape[-3]
@@ -90,7 +108,7 @@ def split_quantized_sdpa(
         queries = mx.reshape(queries, (B, n_kv_heads, n_repeats, L, D))
         q_keys = tuple(mx.expand_dims(x, axis=-3) for x in q_keys)
         q_values = tuple(mx.expand_dims(x, axis=-3) for x in q_values)
-    scores = mx.quantized_matmul(queries, *q_keys, transpose=True, group_size=group_size, bits=key_bits)
+    scores = quantized_or_float_matmul(queries, q_keys, True, group_size, key_bits)
     if mask is not None:
         if isinstance(mask, str):
             q_len, k_len = scores.shape[-2:]
@@ -102,10 +120,20 @@ def split_quantized_sdpa(
         else:
             scores = scores + mask
     scores = mx.softmax(scores, axis=-1, precise=True)
-    out = mx.quantized_matmul(scores, *q_values, transpose=False, group_size=group_size, bits=value_bits)
+    out = quantized_or_float_matmul(scores, q_values, False, group_size, value_bits)
     if n_repeats > 1:
         out = mx.reshape(out, (B, n_q_heads, L, D))
     return out
+
+
+def quantized_or_float_matmul(
+    x: mx.array, parts: tuple[mx.array, ...], transpose: bool, group_size: int, bits: int
+) -> mx.array:
+    """x @ stored side (transposed for keys): packed parts through quantized_matmul, a float array as it is."""
+    if bits == UNQUANTIZED_BITS:
+        w = parts[0]
+        return x @ (mx.swapaxes(w, -1, -2) if transpose else w)
+    return mx.quantized_matmul(x, *parts, transpose=transpose, group_size=group_size, bits=bits)
 
 
 def _attention_modules(model: nn.Module) -> list[Any]:
@@ -128,6 +156,7 @@ def install(model: nn.Module) -> None:
             "scaled_dot_product_attention, so KV Lens cannot see or compress its cache. "
             "Use a model whose attention goes through mlx_lm.models.base (llama, qwen, mistral, phi3, gemma...)."
         )
+    mla.install(model)
     for mod in modules:
         if getattr(mod, _NAME) is not sdpa:
             setattr(mod, _ORIGINAL, getattr(mod, _NAME))
@@ -153,7 +182,9 @@ def observing(observer: Observer) -> Iterator[None]:
     """Call `observer(queries, keys, values, cache, scale, mask)` before each attention on this thread."""
     previous = getattr(_local, "observer", None)
     _local.observer = observer
+    kept = mla.start_recording()
     try:
         yield
     finally:
         _local.observer = previous
+        mla.stop_recording(kept)

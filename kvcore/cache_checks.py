@@ -12,7 +12,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from kvcore.caches import validate_quantization
+from kvcore.caches import validate_quantization, validate_widths
 
 FLOAT_DTYPES = (mx.float16, mx.bfloat16, mx.float32)
 INDEX_DTYPES = (mx.int32, mx.int64, mx.uint32)
@@ -35,10 +35,10 @@ def _shape(x: mx.array, ndim: int, name: str, where: str) -> tuple[int, ...]:
 
 
 def check_rows(keys: tuple[mx.array, ...], values: tuple[mx.array, ...], info: dict, where: str) -> int:
-    """Check the stored key/value arrays (1 part, or packed, scales, biases) and return their row count."""
-    quantized = len(keys) == 3
-    names = ("packed", "scales", "biases") if quantized else ("keys",)
+    """Check the stored key/value arrays (each side 1 part, or packed, scales, biases) and return their row count."""
     for kind, parts in (("keys", keys), ("values", values)):
+        quantized = len(parts) == 3
+        names = ("packed", "scales", "biases") if quantized else (kind,)
         shapes = [_shape(p, 4, f"{kind}.{j}", where) for j, p in enumerate(parts)]
         if shapes[0][0] != 1:
             raise ValueError(f"{where}: {kind} batch is {shapes[0][0]}, expected 1")
@@ -113,9 +113,10 @@ def check_header_layer(info: Any, where: str) -> None:
     offset = _int(info, "offset", where)
     if "bits" in info or "group_size" in info:
         try:
-            validate_quantization(info.get("bits"), info.get("group_size"))
             if "value_bits" in info:
-                validate_quantization(info["value_bits"], info.get("group_size"))
+                validate_widths(info.get("bits"), info["value_bits"], info.get("group_size"))
+            else:
+                validate_quantization(info.get("bits"), info.get("group_size"))
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from e
     if info.get("empty") not in (None, True):

@@ -25,6 +25,7 @@ from mlx_lm.models.cache import KVCache, QuantizedKVCache
 from kvcore import cache_checks
 from kvcore.atomic import write_stream
 from kvcore.caches import SparseKVCache, SparseQuantizedKVCache
+from kvcore.defaults import UNQUANTIZED_BITS
 
 FORMAT = "kvlens-cache"
 VERSION = 1
@@ -178,10 +179,11 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
         if arrays:
             raise ValueError(f"{where}: an empty layer has arrays {sorted(arrays)}")
         return layer
-    n_parts = 3 if quantized else 1
+    widths = (info["bits"], info.get("value_bits", info["bits"])) if quantized else (UNQUANTIZED_BITS,) * 2
+    k_parts, v_parts = (1 if w == UNQUANTIZED_BITS else 3 for w in widths)  # a float side of a split cache: 1
     try:
-        k = tuple(arrays[f"keys.{j}"] for j in range(n_parts))
-        v = tuple(arrays[f"values.{j}"] for j in range(n_parts))
+        k = tuple(arrays[f"keys.{j}"] for j in range(k_parts))
+        v = tuple(arrays[f"values.{j}"] for j in range(v_parts))
     except KeyError as e:
         raise ValueError(f"{where}: missing array {e}") from e
     rows = cache_checks.check_rows(k, v, info, where)

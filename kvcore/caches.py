@@ -32,7 +32,8 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-from kvcore.defaults import ALLOWED_BITS, ALLOWED_GROUP_SIZES, DEFAULT_GROUP_SIZE
+from kvcore import index_checks
+from kvcore.defaults import ALLOWED_BITS, ALLOWED_GROUP_SIZES, DEFAULT_GROUP_SIZE, UNQUANTIZED_BITS
 
 STEP = 256
 
@@ -43,12 +44,15 @@ __all__ = [
     "compressible_layers",
     "copy_cache",
     "dense_bytes_formula",
+    "dequantized",
     "incompressible_reason",
     "quantize_cache",
     "select_positions",
     "sliding_window",
+    "take_rows",
     "to_sparse_all",
     "validate_quantization",
+    "validate_widths",
 ]
 
 
@@ -70,6 +74,24 @@ def validate_quantization(bits: int, group_size: int, head_dim: int | None = Non
             f"group_size={group_size} does not divide head_dim={head_dim}: quantization groups run along "
             f"head_dim, so use one of {allowed or 'none (this head_dim cannot be quantized)'}"
         )
+
+
+def validate_widths(key_bits: int, value_bits: int, group_size: int, head_dim: int | None = None) -> None:
+    """Split widths: each side packed (ALLOWED_BITS) or kept in its float dtype (UNQUANTIZED_BITS), not both fp."""
+    if key_bits == UNQUANTIZED_BITS and value_bits == UNQUANTIZED_BITS:
+        raise ValueError(
+            f"key_bits and value_bits are both {UNQUANTIZED_BITS}: nothing to pack; use SparseKVCache"
+        )
+    for bits in (key_bits, value_bits):
+        if bits != UNQUANTIZED_BITS:
+            validate_quantization(bits, group_size, head_dim)
+
+
+def dequantized(parts: Sequence[mx.array], group_size: int, bits: int) -> mx.array:
+    """The float rows a stored side holds: unpacked, or the float array itself (bits 16)."""
+    if bits == UNQUANTIZED_BITS:
+        return parts[0]
+    return mx.dequantize(*parts, group_size=group_size, bits=bits)
 
 
 def _parts(x: Any) -> tuple[mx.array, ...]:
@@ -101,7 +123,7 @@ class _SparseRows:
         self._prefix_counts: np.ndarray | None = None
         self._n_rows = 0
         self._pad_valid: mx.array | None = None
-        self._decode_valid: tuple[int, mx.array] | None = None
+        self._decode_valid: tuple[tuple[int, str], mx.array] | None = None
         self._selection_np: np.ndarray | None = None
 
     def _set_rows(
@@ -161,13 +183,15 @@ class _SparseRows:
         """Logical token position of each real stored row, one int32 array per kv-head, in row order."""
         if self._selection is None:
             return []
+        selection = self._selection_host()
+        tail = np.arange(self.offset - self.n_appended, self.offset, dtype=np.int32)
+        return [np.concatenate([selection[h, :n], tail]) for h, n in enumerate(self._prefix_counts.tolist())]
+
+    def _selection_host(self) -> np.ndarray:
+        """`_selection` as int32 NumPy, read back once (select_positions sets it from the host, no read-back)."""
         if self._selection_np is None:
             self._selection_np = np.asarray(self._selection, dtype=np.int32)
-        tail = np.arange(self.offset - self.n_appended, self.offset, dtype=np.int32)
-        return [
-            np.concatenate([self._selection_np[h, :n], tail])
-            for h, n in enumerate(self._prefix_counts.tolist())
-        ]
+        return self._selection_np
 
     def size(self) -> int:
         return self._n_rows
@@ -196,18 +220,22 @@ class _SparseRows:
             return mx.arange(self._n_rows, total)[:, None] >= mx.arange(total)[None]
         return "causal"
 
-    def per_head_mask(self, n_queries: int, n_q_heads: int | None = None) -> mx.array | None:
-        """[1, n_q_heads or H_kv, n_queries, n_rows] bool for a ragged layer (padding off, new tokens causal).
+    def per_head_mask(
+        self, n_queries: int, n_q_heads: int | None = None, dtype: mx.Dtype | None = None
+    ) -> mx.array | None:
+        """[1, n_q_heads or H_kv, n_queries, n_rows] mask for a ragged layer (padding off, new tokens causal).
 
         None for a layer whose heads keep equal counts. Called by `kvcore.attention.sdpa` after `update_and_fetch`,
         so the queries are the last appended rows; n_q_heads repeats the mask over each GQA group (fast path).
+        Bool, or with `dtype` the decode (one-query) mask is additive in that dtype (0 kept, -inf padding): MLX's
+        CUDA attention takes no bool mask and would convert it at every call.
         """
         if not self.is_ragged:
             return None
         repeat = 1 if n_q_heads is None else n_q_heads // self.n_heads
         n_prefix, n_app = self.n_prefix, self.n_appended
         if n_queries == 1:
-            return self._decode_mask(n_prefix + n_app, repeat)
+            return self._decode_mask(n_prefix + n_app, repeat, dtype)
         if self._pad_valid is None:
             valid = np.arange(n_prefix)[None, :] < self._prefix_counts[:, None]
             self._pad_valid = mx.array(valid)[None, :, None, :]
@@ -222,19 +250,23 @@ class _SparseRows:
         )
         return mx.repeat(mask, repeat, axis=1) if repeat > 1 else mask
 
-    def _decode_mask(self, n_rows: int, repeat: int) -> mx.array:
+    def _decode_mask(self, n_rows: int, repeat: int, dtype: mx.Dtype | None = None) -> mx.array:
         """[1, H_kv·repeat, 1, n_rows] for one new token: a slice of a mask kept at buffer capacity.
 
         A decoded token sees every stored row but the padding, so the mask only changes when the selection does
         or the buffer grows; building it once (not per token and layer) keeps ragged decode from allocating,
-        concatenating and repeating a mask each step.
+        concatenating, repeating or converting a mask each step.
         """
-        cached = self._decode_valid
-        if cached is None or cached[0] != repeat or cached[1].shape[-1] < n_rows:
+        cached, key = self._decode_valid, (repeat, str(dtype))
+        if cached is None or cached[0] != key or cached[1].shape[-1] < n_rows:
             capacity = max(n_rows, int(_parts(self.keys)[0].shape[2]))
             valid = np.ones((self.n_heads, capacity), dtype=bool)
             valid[:, : self.n_prefix] = np.arange(self.n_prefix)[None, :] < self._prefix_counts[:, None]
-            cached = (repeat, mx.array(np.repeat(valid, repeat, axis=0))[None, :, None, :])
+            mask = mx.array(np.repeat(valid, repeat, axis=0))[None, :, None, :]
+            if dtype is not None:
+                mask = mx.where(mask, mx.array(0, dtype), mx.array(-mx.inf, dtype))
+            mx.eval(mask)
+            cached = (key, mask)
             self._decode_valid = cached
         return cached[1][..., :n_rows]
 
@@ -334,15 +366,15 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
 
     `bits` is the keys' width (mlx-lm reads it), `value_bits` the values' (default: the same). Keys carry outlier
     channels and values do not, so 8-bit keys with 4-bit values is the usual split; equal widths run mlx-lm's
-    quantized attention, split widths `kvcore.attention.split_quantized_sdpa`.
+    quantized attention, split widths `kvcore.attention.split_quantized_sdpa`. One side may be 16
+    (UNQUANTIZED_BITS): it is stored as its float array (one part, not packed, scales, biases), the other packed.
     """
 
     def __init__(
         self, group_size: int = DEFAULT_GROUP_SIZE, bits: int = 8, value_bits: int | None = None
     ) -> None:
         value_bits = bits if value_bits is None else value_bits
-        validate_quantization(bits, group_size)
-        validate_quantization(value_bits, group_size)
+        validate_widths(bits, value_bits, group_size)
         self._reset()
         self.group_size = group_size
         self.bits = bits
@@ -353,6 +385,8 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
         return self.bits
 
     def _pack(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
+        if bits == UNQUANTIZED_BITS:
+            return (x,)
         if x.shape[-1] % self.group_size:
             validate_quantization(bits, self.group_size, x.shape[-1])
         return tuple(mx.quantize(x, group_size=self.group_size, bits=bits))
@@ -375,8 +409,7 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
         self._reset()
         keys, values, selection, counts, offset, group_size, bits, *rest = v
         value_bits = int(rest[0]) if rest else int(bits)
-        validate_quantization(int(bits), int(group_size))
-        validate_quantization(value_bits, int(group_size))
+        validate_widths(int(bits), value_bits, int(group_size))
         self.group_size, self.bits, self.value_bits = int(group_size), int(bits), value_bits
         self._set_rows(tuple(keys), tuple(values), selection, np.asarray(counts), offset)
 
@@ -436,128 +469,38 @@ class _Source:
             self.rows_per_head = np.full(self.n_heads, self.n_stored, dtype=np.int64)
             self.ragged = False
 
-    def cols(self, rows: mx.array) -> mx.array:
+    def cols(self, rows: np.ndarray) -> np.ndarray:
         """Buffer rows of per-head content rows [H_kv, n] (identity unless the layer is ragged)."""
         if not self.ragged:
             return rows
-        prefix = mx.array(self.layer._prefix_counts)[:, None]
-        return mx.where(rows < prefix, rows, rows - prefix + self.layer.n_prefix)
+        prefix = self.layer._prefix_counts[:, None]
+        return np.where(rows < prefix, rows, rows - prefix + self.layer.n_prefix).astype(np.int32)
 
-    def positions(self, cols: mx.array) -> mx.array:
+    def positions(self, cols: np.ndarray) -> np.ndarray:
         """Logical positions of buffer rows [H_kv, n]."""
         if not isinstance(self.layer, _SparseRows):
             return cols
         layer = self.layer
-        tail = mx.arange(layer.offset - layer.n_appended, layer.offset, dtype=mx.int32)
-        by_col = mx.concatenate(
-            [layer._selection, mx.broadcast_to(tail[None], (self.n_heads, layer.n_appended))], axis=1
+        tail = np.arange(layer.offset - layer.n_appended, layer.offset, dtype=np.int32)
+        by_col = np.concatenate(
+            [layer._selection_host(), np.broadcast_to(tail[None], (self.n_heads, layer.n_appended))], axis=1
         )
-        return mx.take_along_axis(by_col, cols, axis=1)
+        return np.take_along_axis(by_col, cols, axis=1)
 
 
-def _gather(buf: mx.array, cols: mx.array) -> mx.array:
-    """Rows `cols` [H_kv, n] of buf [B, H_kv, capacity, D] in one gather over the flattened (head, row) axis."""
+def _empty_like(layer: Any) -> SparseKVCache | SparseQuantizedKVCache:
+    """An empty sparse cache of the layer's kind (packed at the layer's widths when it is quantized)."""
+    if hasattr(layer, "bits"):
+        return SparseQuantizedKVCache(
+            group_size=layer.group_size, bits=layer.bits, value_bits=getattr(layer, "value_bits", None)
+        )
+    return SparseKVCache()
+
+
+def _gather(buf: mx.array, flat: mx.array, n: int) -> mx.array:
+    """Rows of buf [B, H_kv, capacity, D] at `flat` (head·capacity + row, [H_kv·n]) in one gather."""
     b, h, cap, d = buf.shape
-    n = cols.shape[1]
-    flat = (cols + (mx.arange(h, dtype=mx.int32) * cap)[:, None]).reshape(-1)
     return mx.take(buf.reshape(b, h * cap, d), flat, axis=1).reshape(b, h, n, d)
-
-
-def _is_int_dtype(dtype: Any) -> bool:
-    if isinstance(dtype, mx.Dtype):
-        return mx.issubdtype(dtype, mx.integer)
-    return np.issubdtype(dtype, np.integer)
-
-
-def _normalize(idx: Any, n_heads: int, where: str) -> tuple[mx.array, np.ndarray, bool]:
-    """Indices of one layer -> (padded [H_kv, n] int32 mx array, per-head counts, shared by all heads)."""
-    if isinstance(idx, (list, tuple)) and idx and not np.isscalar(idx[0]):
-        if len(idx) != n_heads:
-            raise ValueError(
-                f"{where}: got {len(idx)} per-head index arrays, the layer has H_kv={n_heads} heads"
-            )
-        heads = []
-        for h, a in enumerate(idx):
-            a = a if isinstance(a, (mx.array, np.ndarray)) else np.asarray(a)
-            if a.ndim != 1 or not _is_int_dtype(a.dtype):
-                raise ValueError(
-                    f"{where}, kv-head {h}: per-head indices must be 1-D integer arrays, "
-                    f"got shape {tuple(a.shape)} dtype {a.dtype}"
-                )
-            if a.shape[0] == 0:
-                raise ValueError(
-                    f"{where}, kv-head {h}: empty selection; every kv-head must keep >= 1 position"
-                )
-            heads.append(a)
-        counts = np.array([a.shape[0] for a in heads], dtype=np.int32)
-        width = int(counts.max())
-        if all(isinstance(a, np.ndarray) for a in heads):
-            padded = np.zeros((n_heads, width), dtype=np.int32)
-            for h, a in enumerate(heads):
-                padded[h, : a.shape[0]] = a
-            return mx.array(padded), counts, False
-        rows = [
-            mx.concatenate([mx.array(a).astype(mx.int32), mx.zeros((width - a.shape[0],), dtype=mx.int32)])
-            for a in heads
-        ]
-        return mx.stack(rows), counts, False
-    if not isinstance(idx, (mx.array, np.ndarray)):
-        idx = np.asarray(idx)
-    if not _is_int_dtype(idx.dtype):
-        raise ValueError(f"{where}: indices must be integers, got dtype {idx.dtype}")
-    if idx.ndim not in (1, 2):
-        raise ValueError(
-            f"{where}: indices of shape {tuple(idx.shape)}; allowed are 1-D [n] (shared by all heads), "
-            f"2-D [H_kv={n_heads}, n] (per head), or a sequence of H_kv 1-D arrays (ragged)"
-        )
-    if idx.ndim == 2 and idx.shape[0] != n_heads:
-        raise ValueError(f"{where}: 2-D indices have {idx.shape[0]} rows, the layer has H_kv={n_heads} heads")
-    n = idx.shape[-1]
-    if n == 0:
-        raise ValueError(f"{where}: empty selection; keep at least one position")
-    arr = mx.array(idx.astype(np.int32)) if isinstance(idx, np.ndarray) else idx.astype(mx.int32)
-    counts = np.full(n_heads, n, dtype=np.int32)
-    if idx.ndim == 1:
-        return arr, counts, True
-    return arr, counts, False
-
-
-def _check_flags(padded: mx.array, counts: np.ndarray, rows_per_head: np.ndarray) -> mx.array:
-    """[3, H_kv] lazy flags: out of range, duplicated, unsorted (evaluated together with every gather)."""
-    if padded.ndim == 1:
-        padded = padded[None]
-    h = len(counts)
-    n = padded.shape[1]
-    valid = mx.array(np.arange(n)[None, :] < counts[:, None])
-    if padded.shape[0] != h:
-        padded = mx.broadcast_to(padded, (h, n))
-    limit = mx.array(rows_per_head.astype(np.int32))[:, None]
-    out_of_range = mx.any(valid & ((padded < 0) | (padded >= limit)), axis=1)
-    step = padded[:, 1:] - padded[:, :-1]
-    pairs = valid[:, 1:]
-    return mx.stack([out_of_range, mx.any(pairs & (step == 0), axis=1), mx.any(pairs & (step < 0), axis=1)])
-
-
-def _explain(flags: np.ndarray, padded: mx.array, counts: np.ndarray, rows: np.ndarray, where: str) -> str:
-    """Error text for the first bad kv-head (only runs on the error path, so reading indices back is fine)."""
-    kind, head = (int(x[0]) for x in np.nonzero(flags))
-    arr = np.asarray(padded)
-    values = (arr if arr.ndim == 1 else arr[head])[: counts[head]]
-    head_label = " (indices shared by every kv-head)" if arr.ndim == 1 else f", kv-head {head}"
-    if kind == 0:
-        bad = values[(values < 0) | (values >= rows[head])]
-        return (
-            f"{where}{head_label}: index {int(bad[0])} out of range; allowed are 0 <= index < "
-            f"{int(rows[head])} (the rows this head holds)"
-        )
-    step = np.diff(values)
-    at = int(np.nonzero(step == 0)[0][0] if kind == 1 else np.nonzero(step < 0)[0][0])
-    if kind == 1:
-        return f"{where}{head_label}: index {int(values[at])} is duplicated; indices must be unique"
-    return (
-        f"{where}{head_label}: indices are not sorted ({int(values[at])} before {int(values[at + 1])}); "
-        "pass them in increasing order"
-    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -575,6 +518,7 @@ def _full_rows(layer: Any) -> SparseKVCache | SparseQuantizedKVCache:
         out = SparseKVCache()
     k, v = (out._wrap([_rows(b, n) for b in _parts(x)]) for x in (layer.keys, layer.values))
     out._set_rows(k, v, selection, np.full(h, n, dtype=np.int32), n)
+    out._selection_np = np.broadcast_to(np.arange(n, dtype=np.int32)[None], (h, n))
     return out
 
 
@@ -610,11 +554,11 @@ def quantize_cache(
     KVCache and SparseKVCache layers become SparseQuantizedKVCache with the same rows, positions and offset
     (ragged layers stay ragged); layers that are not KV caches pass through. Differs from the seed: a layer that is
     already quantized raises ValueError instead of TypeError, and everything is evaluated in one `mx.eval`.
-    `bits` packs the keys, `value_bits` (default: `bits`) the values.
+    `bits` packs the keys, `value_bits` (default: `bits`) the values; either (not both) may be 16, that side then
+    stays in its float dtype.
     """
     value_bits = bits if value_bits is None else value_bits
-    validate_quantization(bits, group_size)
-    validate_quantization(value_bits, group_size)
+    validate_widths(bits, value_bits, group_size)
     out: list[Any] = []
     for i, c in enumerate(cache):
         if type(c) in (QuantizedKVCache, SparseQuantizedKVCache):
@@ -627,7 +571,7 @@ def quantize_cache(
         if type(c) is not SparseKVCache or c.keys is None:
             out.append(c)
             continue
-        validate_quantization(bits, group_size, int(c.keys.shape[-1]))
+        validate_widths(bits, value_bits, group_size, int(c.keys.shape[-1]))
         q = SparseQuantizedKVCache(group_size=group_size, bits=bits, value_bits=value_bits)
         k, v = c.keys_and_values()
         q._set_rows(q._encode(k), q._encode_values(v), c._selection, c._prefix_counts, c.offset)
@@ -648,10 +592,13 @@ def select_positions(
     array [H_kv, n], or a sequence of H_kv 1-D arrays of different lengths (ragged, stored padded and masked per
     head); numpy or mx integer arrays, each head's indices strictly increasing. Indices are rows of the layer's
     retained content (token positions for a dense layer). `logical_offset` (default: each layer's own offset) is
-    the position the next token gets. All layers' gathers and checks run in one `mx.eval`; the source is unchanged.
+    the position the next token gets. The source is unchanged.
     Raises ValueError on a wrong number of layers or heads, empty, out-of-range, duplicated or unsorted indices.
-    validate=False skips the range/order checks (and their ~6 MLX ops per layer) for indices that are valid by
-    construction, such as kvcore.selection's: the slider path then runs only the gathers.
+    validate=False skips the range/order checks for indices that are valid by construction (kvcore.selection's).
+
+    Fixed cost per call, not per layer: indices are shaped and checked on the host (`kvcore.index_checks`), every
+    layer's flat gather index and kept positions travel to the device in one array, and the device runs only the
+    gathers (one `take` per stored part and layer), all in one `mx.eval`.
     """
     if len(indices_per_layer) != len(cache):
         raise ValueError(
@@ -659,7 +606,9 @@ def select_positions(
         )
     if logical_offset is not None and (isinstance(logical_offset, bool) or int(logical_offset) < 0):
         raise ValueError(f"logical_offset={logical_offset!r}: must be a non-negative int")
-    out: list[Any] = list(cache)
+    on_device = index_checks.mx_arrays(indices_per_layer)
+    if on_device:
+        mx.eval(on_device)  # read back together below, not one layer at a time
     plans = []
     for i, (layer, idx) in enumerate(zip(cache, indices_per_layer, strict=True)):
         if idx is None:
@@ -669,35 +618,60 @@ def select_positions(
         if reason is not None:
             raise ValueError(f"{where}: cannot select positions ({reason}); pass None for this layer")
         src = _Source(layer)
-        padded, counts, shared = _normalize(idx, src.n_heads, where)
-        flags = _check_flags(padded, counts, src.rows_per_head) if validate else None
-        # One flat gather per stored part; measured faster on CPU than a take along the row axis even when
-        # the indices are shared by all heads.
-        rows = padded if not shared else mx.broadcast_to(padded[None], (src.n_heads, padded.shape[0]))
+        rows, counts, _ = index_checks.host_indices(idx, src.n_heads, where)
         if validate:
-            rows = mx.clip(rows, 0, mx.array(np.maximum(src.rows_per_head - 1, 0).astype(np.int32))[:, None])
+            index_checks.check(rows, counts, src.rows_per_head, where)
+        rows = np.broadcast_to(rows, (src.n_heads, rows.shape[-1]))
+        plans.append((i, layer, src, rows, counts))
+    sizes = [r.size for _, _, _, r, _ in plans]
+    host = np.empty(2 * sum(sizes), dtype=np.int32)  # per layer: flat gather index, then kept positions
+    start = 0
+    for (_, _, src, rows, _), size in zip(plans, sizes, strict=True):
         cols = src.cols(rows)
-        k = [_gather(b, cols) for b in src.k_parts]
-        v = [_gather(b, cols) for b in src.v_parts]
-        selection = src.positions(cols)
-        if src.quantized:
-            new: Any = SparseQuantizedKVCache(
-                group_size=layer.group_size, bits=layer.bits, value_bits=getattr(layer, "value_bits", None)
-            )
-        else:
-            new = SparseKVCache()
+        flat = host[start : start + size].reshape(rows.shape)
+        np.add(cols, (np.arange(src.n_heads, dtype=np.int32) * src.capacity)[:, None], out=flat)
+        host[start + size : start + 2 * size].reshape(rows.shape)[...] = src.positions(cols)
+        start += 2 * size
+    device = mx.array(host)
+    out: list[Any] = list(cache)
+    start = 0
+    for (i, layer, src, rows, counts), size in zip(plans, sizes, strict=True):
+        flat = device[start : start + size]
+        selection_np = host[start + size : start + 2 * size].reshape(rows.shape)
+        selection = device[start + size : start + 2 * size].reshape(rows.shape)
+        start += 2 * size
+        k = [_gather(b, flat, rows.shape[1]) for b in src.k_parts]
+        v = [_gather(b, flat, rows.shape[1]) for b in src.v_parts]
+        new = _empty_like(layer)
         offset = layer.offset if logical_offset is None else int(logical_offset)
         new._set_rows(new._wrap(k), new._wrap(v), selection, counts, offset)
+        new._selection_np = selection_np  # positions known on the host: no read-back when composing
         out[i] = new
-        plans.append((i, flags, padded, counts, src.rows_per_head, new))
-    mx.eval([p[1] for p in plans if p[1] is not None] + [a for p in plans for a in _arrays(p[5])])
-    for i, flags, padded, counts, rows, _ in plans:
-        if flags is None:
-            continue
-        f = np.asarray(flags)
-        if f.any():
-            raise ValueError(_explain(f, padded, counts, rows, f"layer {i}"))
+    mx.eval([a for i, *_ in plans for a in _arrays(out[i])])
     return out
+
+
+def take_rows(layer: Any, heads: Sequence[np.ndarray]) -> SparseKVCache | SparseQuantizedKVCache:
+    """A sparse layer of rows `heads[h]` (sorted, valid by construction) of each kv-head; a head may keep none.
+
+    `select_positions` refuses empty heads (a cache must attend to something); this is for one of several stores
+    of a layer (kvcore.residual), where another store holds that head's rows. Lazy: the caller evaluates.
+    """
+    src = _Source(layer)
+    counts = np.array([len(p) for p in heads], dtype=np.int32)
+    padded = np.zeros((src.n_heads, int(counts.max(initial=0))), dtype=np.int32)
+    for h, p in enumerate(heads):
+        padded[h, : len(p)] = p
+    cols = src.cols(padded)
+    n = cols.shape[1]
+    flat = mx.array((cols + (np.arange(src.n_heads, dtype=np.int32) * src.capacity)[:, None]).reshape(-1))
+    new: Any = _empty_like(layer)
+    k = [_gather(b, flat, n) for b in src.k_parts]
+    v = [_gather(b, flat, n) for b in src.v_parts]
+    positions = src.positions(cols).astype(np.int32)
+    new._set_rows(new._wrap(k), new._wrap(v), mx.array(positions), counts, layer.offset)
+    new._selection_np = positions
+    return new
 
 
 def _fresh(x: Any) -> Any:
@@ -713,6 +687,9 @@ def copy_cache(cache: Sequence[Any]) -> list:
     """
     out = []
     for c in cache:
+        if hasattr(c, "branch"):  # a layer made of stores (kvcore.residual) copies each of them
+            out.append(c.branch())
+            continue
         n = copy.copy(c)
         for name, value in vars(c).items():
             setattr(n, name, tree_map(_fresh, value))

@@ -8,14 +8,20 @@ through `kvcore.attention` sees each layer's post-RoPE queries and cached keys a
   blocks of queries, so no [T, T] matrix per head is ever held at once. That costs far more than the prefill on a
   CPU (MLX's CPU `exp` runs at ~25 M/s: ~8.5 s per 32-head layer at 4k tokens), so `h2o="lazy"` only keeps each
   chunk's queries (in the model's dtype) and `LayerObservation.ensure_h2o()` computes the same sums, bit for bit,
-  the first time a method asks; the queries are dropped then. Memory until then: H_q/(2·H_kv) × the dense cache;
+  the first time a method asks; the queries are dropped then. Memory until then: H_q/(2·H_kv) × the dense cache.
+  `h2o="auto"` (Session's) picks eager sums on a GPU and lazy on a CPU (`kvcore.capture_mode`, logged); eager
+  blocks are queued with `mx.async_eval`, so the sums run on the device alongside the forward pass;
 - expected_attention's pre-RoPE query statistics (`kvcore.query_stats`: rope modules tapped for the capture,
-  running mean and covariance, the mean future RoPE rotation), unless `query_stats=False`.
+  running mean and covariance, the mean future RoPE rotation), unless `query_stats=False` or the model has latent
+  (MLA) layers, whose queries expected_attention does not score (`Session.check_config` refuses it there).
 
-Nothing is evaluated inside the observer: the recorded arrays are evaluated with each chunk's logits, so MLX
-schedules them with the forward pass instead of stalling once per layer.
+Nothing blocks inside the observer: the recorded arrays are queued with `mx.async_eval` as each layer is seen (so
+the graph does not hold every layer's queries until the chunk ends) and the host never waits per layer.
 
 Keys themselves are not copied: after prefill they are read from the cache (post-RoPE, as mlx-lm stores them).
+A latent (MLA) layer is observed as attention uses it (`kvcore.mla`): one kv-head shared by every query head,
+queries `[embed_q(q_nope), q_pe]` and keys `[latent, k_pe]`, so its scores are the real attention weights over
+the cached latent rows; its keys are that concatenation of the cached latent and RoPE rows.
 Layers whose cache is not a plain mlx-lm `KVCache` (sliding window, SSM state, quantized) get no observation.
 
 `hold_last=True` feeds the prompt's last token in a forward call of its own and keeps what was observed before
@@ -35,7 +41,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-from kvcore import attention, caches
+from kvcore import attention, caches, capture_mode, mla
 from kvcore import query_stats as query_stats_module
 from kvcore.defaults import DEFAULT_WINDOW
 
@@ -53,8 +59,8 @@ class Cancelled(Exception):
 class LayerObservation:
     """What one plain-KVCache layer saw during prefill; every array is float32 except `keys` (cache dtype)."""
 
-    keys: mx.array  # [H_kv, T, head_dim], post-RoPE, a view of the cache
-    window_queries: mx.array  # [H_q, w, head_dim], post-RoPE, w = min(window, T)
+    keys: mx.array  # [H_kv, T, head_dim], post-RoPE, a view of the cache (latent: [1, T, r+p], a copy)
+    window_queries: mx.array  # [H_q, w, head_dim], post-RoPE, w = min(window, T) (latent: head_dim r+p)
     h2o_sums: mx.array | None  # [H_q, T]: column sums of causal softmax attention over all T prompt queries
     n_q_heads: int
     n_kv_heads: int
@@ -62,7 +68,8 @@ class LayerObservation:
     pending_queries: list[mx.array] | None = (
         None  # h2o="lazy": every chunk's queries [H_q, N, D], model dtype
     )
-    values: mx.array | None = None  # [H_kv, T, head_dim], a view of the cache
+    latent: bool = False  # an MLA layer observed in latent space (kvcore.mla)
+    values: mx.array | None = None  # [H_kv, T, head_dim], a view of the cache (latent: None)
     query_stats: query_stats_module.QueryStats | None = None  # pre-RoPE statistics (expected_attention)
 
     @property
@@ -94,6 +101,7 @@ class CaptureResult:
     forward_calls: int
     n_tokens: int
     before_last: CaptureResult | None = None  # hold_last=True: the same prefill one token earlier
+    h2o_mode: str = ""  # "eager", "lazy" or "off": how this prefill recorded h2o's sums
 
 
 @dataclass
@@ -104,6 +112,7 @@ class _LayerState:
     n_q_heads: int = 0
     n_kv_heads: int = 0
     scale: float = 1.0
+    latent: bool = False
     stats: query_stats_module.QueryStats | None = None
     rope: Any = None  # the rope module the layer's queries went through (its own, for the future rotation)
     untapped: bool = False  # some chunk's queries did not come from a tapped rope: no statistics
@@ -119,22 +128,27 @@ class _Recorder:
     taps: query_stats_module.Taps | None = None
     states: dict[int, _LayerState] = field(default_factory=dict)
 
-    def __call__(self, queries, keys, values, cache, scale, mask) -> None:
+    def __call__(self, queries, keys, values, cache, scale, mask, latent=False) -> None:
         found = None if self.taps is None else self.taps.pre_rope(queries)
         layer = self.layer_of.get(id(cache))
         if layer is None:
             return
         state = self.states.setdefault(layer, _LayerState())
+        state.latent = latent
         q = queries[0].astype(mx.float32)  # [H_q, N, D]
         state.n_q_heads, state.n_kv_heads, state.scale = q.shape[0], keys.shape[1], float(scale)
         tail = q if state.tail is None else mx.concatenate([state.tail, q], axis=1)
-        state.tail = tail[:, -self.window :]
+        # A compact copy: a slice would keep the whole chunk's float32 queries alive (H_q·chunk·D per layer).
+        state.tail = mx.contiguous(tail[:, -self.window :])
         if self.h2o == "lazy":
             state.queries.append(queries[0])
         elif self.h2o:
-            state.sums = _accumulate_h2o(state.sums, q, keys[0], float(scale))
+            state.sums = _accumulate_h2o(state.sums, q, keys[0], float(scale), wait=False)
+        # Queued now, not with the chunk's logits: otherwise the graph keeps every layer's chunk of queries alive
+        # until the end of the chunk (2x the chunk's dense cache for 32 q / 8 kv heads).
+        mx.async_eval(state.tail)
         if self.taps is not None:
-            if found is None or state.untapped:
+            if found is None or latent or state.untapped:
                 state.untapped, state.stats = True, None
             else:
                 first = keys.shape[2] - queries.shape[2]
@@ -142,6 +156,7 @@ class _Recorder:
                     query_stats_module.accumulate(state.stats, found[0][0], first),
                     found[1],
                 )
+                mx.async_eval(state.stats.arrays())  # the same reason: the chunk's pre-RoPE queries are freed
 
     def snapshot(self) -> dict[int, _LayerState]:
         """The states as they are now (arrays are immutable: later chunks rebind, never overwrite them)."""
@@ -153,6 +168,7 @@ class _Recorder:
                 s.n_q_heads,
                 s.n_kv_heads,
                 s.scale,
+                s.latent,
                 s.stats,
                 s.rope,
                 s.untapped,
@@ -161,17 +177,24 @@ class _Recorder:
         }
 
     def arrays(self) -> list[mx.array]:
-        """What must be evaluated with each chunk (the tails, and the queries kept for lazy h2o)."""
+        """What must be evaluated with each chunk: the tails, h2o's sums, expected_attention's statistics and the
+        queries kept for lazy h2o (all already queued with `mx.async_eval`, but for those queries)."""
         out = [s.tail for s in self.states.values() if s.tail is not None]
+        out += [s.sums for s in self.states.values() if s.sums is not None]
         out += [a for s in self.states.values() if s.stats is not None for a in s.stats.arrays()]
         return out + [s.queries[-1] for s in self.states.values() if s.queries]
 
 
-def _accumulate_h2o(sums: mx.array | None, q: mx.array, keys: mx.array, scale: float) -> mx.array:
+def _accumulate_h2o(
+    sums: mx.array | None, q: mx.array, keys: mx.array, scale: float, wait: bool = True
+) -> mx.array:
     """Add the column sums of this chunk's causal softmax attention to `sums`, one block of queries at a time.
 
-    q: [H_q, N, D] are the last N of the T_k positions whose keys [H_kv, T_k, D] are cached.
+    q: [H_q, N, D] are the last N of the T_k positions whose keys [H_kv, T_k, D] are cached. Each block is
+    evaluated before the next is built (bounded memory); wait=False queues it (`mx.async_eval`) instead of
+    blocking, so capture inside the forward pass never stalls the host.
     """
+    evaluate = mx.eval if wait else mx.async_eval
     n_q_heads, n_new, head_dim = q.shape
     n_kv_heads, n_keys, _ = keys.shape
     group = n_q_heads // n_kv_heads
@@ -191,7 +214,7 @@ def _accumulate_h2o(sums: mx.array | None, q: mx.array, keys: mx.array, scale: f
         probs = mx.softmax(mx.where(visible, logits, -mx.inf), axis=-1, precise=True)
         column_sums = probs.sum(axis=2).reshape(n_q_heads, n_visible)
         total = total + mx.pad(column_sums, [(0, 0), (0, n_keys - n_visible)])
-        mx.eval(total)
+        evaluate(total)
     return total
 
 
@@ -219,7 +242,8 @@ def prefill_with_capture(
 ) -> CaptureResult:
     """Prefill `prompt_ids` into a fresh (or given, empty) cache in chunks, recording per-layer observations.
 
-    h2o: True computes the h2o sums now, False never, "lazy" keeps the queries so `ensure_h2o()` can on demand.
+    h2o: True or "eager" computes the h2o sums now, False never, "lazy" keeps the queries so `ensure_h2o()` can on
+    demand, "auto" chooses eager or lazy by backend (`kvcore.capture_mode`) and logs which and why.
     hold_last: feed the last token alone and keep the state before it as `before_last` (module docstring).
     query_stats: record expected_attention's pre-RoPE query statistics (False: the capture without them).
     Raises ValueError on an empty prompt, a token id outside the vocabulary or a window/chunk size below 1,
@@ -233,13 +257,19 @@ def prefill_with_capture(
         raise ValueError(f"window must be an integer >= 1, got {window!r}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
-    if h2o not in (True, False, "lazy"):
-        raise ValueError(f"h2o must be True, False or 'lazy', got {h2o!r}")
+    if h2o not in (True, False, "lazy", "eager", "auto"):
+        raise ValueError(f"h2o must be True, False, 'eager', 'lazy' or 'auto', got {h2o!r}")
     _check_ids(ids, getattr(getattr(model, "args", None), "vocab_size", None))
+    if h2o == "auto":
+        chosen, why = capture_mode.resolve("auto")
+        capture_mode.log.info("h2o capture: %s (%s)", chosen, why)
+        h2o = chosen
+    h2o = True if h2o == "eager" else h2o
     attention.install(model)
     cache = make_prompt_cache(model) if cache is None else cache
     layer_of, skipped = _layer_map(cache)
-    taps = query_stats_module.Taps() if query_stats else None
+    # A latent model's queries never reach attention as a rope output: nothing to tap (check_config refuses it).
+    taps = query_stats_module.Taps() if query_stats and mla.latent_dims(model) is None else None
     recorder = _Recorder(layer_of, window, h2o, taps)
     total = len(ids)
     body = total - 1 if hold_last and total > 1 else total
@@ -257,12 +287,18 @@ def prefill_with_capture(
                 before_last.forward_calls, before_last.n_tokens = calls, body
             out = model(mx.array([ids[a:b]]), cache=cache)
             calls += 1
-            logits = out[0, -1]
-            mx.eval(logits, [c.state for c in cache], recorder.arrays())
+            # Only the chunks whose last logits are kept evaluate the LM head ([N, vocab]); as in mlx-lm's own
+            # prefill, the others never compute it.
+            keep = b in (body, total)
+            logits = out[0, -1] if keep else logits
+            mx.eval([c.state for c in cache], recorder.arrays(), *([logits] if keep else []))
             if on_progress is not None:
                 on_progress(b, total)
     result = _result(cache, layer_of, recorder.states, skipped, logits)
     result.forward_calls, result.n_tokens, result.before_last = calls, total, before_last
+    for r in (result, before_last):
+        if r is not None:
+            r.h2o_mode = "lazy" if h2o == "lazy" else "eager" if h2o else "off"
     if before_last is not None:
         before_last.cache = [
             _trimmed(c, body) if i in layer_of.values() else c for i, c in enumerate(before_last.cache)
@@ -322,6 +358,7 @@ def _result(
             n_kv_heads=state.n_kv_heads,
             scale=state.scale,
             pending_queries=state.queries or None,
+            latent=state.latent,
             query_stats=_finished(state),
         )
     result = CaptureResult(cache, observations, skipped, logits, 0, 0)
@@ -341,5 +378,8 @@ def _observe_keys(result: CaptureResult, cache: list[Any]) -> None:
     """Point each observation at its layer's cached keys (post-RoPE) and values, up to the layer's offset."""
     for obs, layer_cache in zip(result.observations, cache, strict=True):
         if obs is not None and layer_cache.keys is not None:
-            obs.keys = layer_cache.keys[0, :, : layer_cache.offset]
-            obs.values = layer_cache.values[0, :, : layer_cache.offset]
+            if obs.latent:
+                obs.keys = mla.cached_keys(layer_cache)
+            else:
+                obs.keys = layer_cache.keys[0, :, : layer_cache.offset]
+                obs.values = layer_cache.values[0, :, : layer_cache.offset]

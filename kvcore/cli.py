@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 from kvcore.defaults import (
     ALLOWED_BITS,
     DEFAULT_CONTINUATION_TOKENS,
+    DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
     DEFAULT_KERNEL,
     DEFAULT_METHOD,
@@ -111,11 +112,16 @@ def _parser() -> argparse.ArgumentParser:
             s.add_argument(
                 "--bits", type=int, default=UNQUANTIZED_BITS, help=f"keys and values: {_BITS_HELP}"
             )
-            s.add_argument("--key-bits", type=int, help="the keys' width (overrides --bits for keys)")
+            s.add_argument(
+                "--key-bits",
+                type=int,
+                help="the keys' width (overrides --bits for keys; 16 keeps them float)",
+            )
             s.add_argument(
                 "--value-bits",
                 type=int,
-                help="the values' width (default: the keys'), e.g. --key-bits 8 --value-bits 4",
+                help="the values' width (default: the keys'), e.g. --key-bits 8 --value-bits 4; "
+                "16 keeps them float (--key-bits 4 --value-bits 16, or --key-bits 16 --value-bits 4)",
             )
             s.add_argument("--positions", type=Path, help="kept positions as JSON")
             s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
@@ -178,11 +184,30 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
     s.add_argument("--n-sink", type=int, default=DEFAULT_N_SINK)
     s.add_argument("--kernel", type=int, default=DEFAULT_KERNEL)
     s.add_argument(
+        "--fp-recent",
+        type=_positions_count,
+        default=DEFAULT_FP_RECENT,
+        metavar="R",
+        help="keep the kept sinks (--n-sink) and the last R prompt positions unquantized beside the packed rest, "
+        f"and generated tokens too (a KIVI-style float residual; no effect when nothing is packed; default {DEFAULT_FP_RECENT})",
+    )
+    s.add_argument(
         "--schedule",
         choices=SCHEDULES,
         default=DEFAULT_SCHEDULE,
         help="; ".join(f"{k}: {v}" for k, v in SCHEDULE_HELP.items()) + f" (default {DEFAULT_SCHEDULE})",
     )
+
+
+def _positions_count(text: str) -> int:
+    """argparse type of --fp-recent: a whole number >= 0 (argparse turns the error into one line, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of positions (e.g. 64)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: give 0 (no residual) or more positions")
+    return value
 
 
 def _run_probe(args: argparse.Namespace) -> int:
@@ -284,26 +309,21 @@ def _config(
     from kvcore.session import CompressionConfig
 
     if bits != UNQUANTIZED_BITS and bits not in ALLOWED_BITS:
-        raise UsageError(f"--bits {bits}: allowed are {_BITS_HELP}")
+        raise UsageError(f"--bits/--key-bits {bits}: allowed are {_BITS_HELP}")
     if value_bits is not None and value_bits != UNQUANTIZED_BITS and value_bits not in ALLOWED_BITS:
         raise UsageError(f"--value-bits {value_bits}: allowed are {_BITS_HELP}")
-    if value_bits not in (None, UNQUANTIZED_BITS) and bits == UNQUANTIZED_BITS:
-        raise UsageError(f"--value-bits {value_bits} needs quantized keys: set --bits/--key-bits too")
-    if value_bits == UNQUANTIZED_BITS and bits != UNQUANTIZED_BITS:
-        raise UsageError(
-            "--value-bits 16 with quantized keys is not supported: values are packed with the keys"
-        )
     return CompressionConfig(
         method=method,
         ratio=ratio,
         bits=None if bits == UNQUANTIZED_BITS else bits,
-        value_bits=None if value_bits in (None, UNQUANTIZED_BITS, bits) else value_bits,
+        value_bits=value_bits,
         group_size=args.group_size,
         per_head=not args.shared,
         window=args.window,
         n_sink=args.n_sink,
         kernel=args.kernel,
         schedule=args.schedule,
+        fp_recent=args.fp_recent,
     )
 
 
@@ -329,9 +349,14 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
     from kvcore import set_cli
 
     if getattr(args, "plot", None) is not None:
-        raise UsageError(
-            "--plot draws one prompt's sweep: drop it with --prompts (the summary CSV has the points)"
-        )
+        from kvcore.set_results import FRONTIER_KEYS
+
+        _check_plot(args.plot, plot_writer)
+        if args.metric not in FRONTIER_KEYS.values():
+            raise UsageError(
+                f"--metric {args.metric}: a prompt-set summary has no {args.metric}; choose one of "
+                f"{', '.join(k for k in FRONTIER_KEYS.values() if k != 'needle_recall')}"
+            )
     if args.resume and args.csv is None:
         raise UsageError("--resume needs --csv: the file whose rows are kept")
     if args.system_prompt is not None and not args.chat_template:
@@ -341,7 +366,7 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
     if getattr(args, "tokens", 1) < 1:
         raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
     configs = _configs(args)
-    keys = [(c.method, c.ratio, c.bits, c.value_bits) for c in configs]
+    keys = [(c.method, c.ratio, c.bits, c.value_bits, c.fp_recent) for c in configs]
     if len(set(keys)) != len(keys):
         raise UsageError("a configuration appears twice: list each method, ratio and bits once")
     mode = set_cli.probe_mode(args, configs) if args.command == "probe" else set_cli.sweep_mode(args, configs)
@@ -351,13 +376,13 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
 
         if rank == 0:  # rank 0 alone writes: another machine need not have the folder
             _check_output(args.csv)
-        check_group_size(configs, session.info.head_dim)
-        for cfg in configs:
+        for cfg in configs:  # the model's own refusals (sinks, latent attention) before the group size
             session.check_config(cfg)
+        check_group_size(configs, session.info.head_dim)
         if args.system_prompt is not None and not session.has_chat_template:
             raise UsageError(f"--system-prompt: the tokenizer of {session.info.name} has no chat template")
 
-    return set_cli.run(args, mode, check)
+    return set_cli.run(args, mode, check, plot_writer)
 
 
 def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
@@ -368,13 +393,10 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
         raise UsageError(
             "--system-prompt needs the chat template: drop --no-chat-template or --system-prompt"
         )
-    for out in (args.csv, getattr(args, "positions", None), getattr(args, "plot", None)):
+    for out in (args.csv, getattr(args, "positions", None)):
         _check_output(out)
     if getattr(args, "plot", None) is not None:
-        if args.plot.suffix.lower() not in (".png", ".svg"):
-            raise UsageError(f"--plot {args.plot}: write a .png or .svg file")
-        if plot_writer is None:
-            raise UsageError("--plot draws with Qt: run it as 'kvlens sweep …' (python -m app sweep …)")
+        _check_plot(args.plot, plot_writer)
     if args.command == "compress":
         key_bits = args.bits if args.key_bits is None else args.key_bits
         configs = [_config(args, args.method, args.ratio, key_bits, args.value_bits)]
@@ -387,12 +409,12 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
     from kvcore.sweep import check_group_size
 
     session = Session.load(_session_model(args))
+    for cfg in configs:  # every refusal (attention sinks, latent attention, group size) before the prefill
+        session.check_config(cfg)
     try:
         check_group_size(configs, session.info.head_dim)
     except ValueError as exc:
         raise UsageError(f"--group-size: {exc}") from None
-    for cfg in configs:  # every other refusal (attention sinks) before the prefill
-        session.check_config(cfg)
     if args.system_prompt is not None and not session.has_chat_template:
         raise UsageError(
             f"--system-prompt: the tokenizer of {session.info.name} has no chat template to put it in; "
@@ -409,6 +431,15 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
     if args.command == "compress":
         return _compress(args, session, configs[0])
     return _sweep(args, session, configs, plot_writer)
+
+
+def _check_plot(path: Path, plot_writer: PlotWriter | None) -> None:
+    """--plot: a writable .png or .svg, and the Qt writer of the `kvlens` entry point to draw it."""
+    _check_output(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise UsageError(f"--plot {path}: write a .png or .svg file")
+    if plot_writer is None:
+        raise UsageError("--plot draws with Qt: run it as 'kvlens sweep …' (python -m app sweep …)")
 
 
 def _session_model(args: argparse.Namespace) -> str:
@@ -460,8 +491,9 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                 "method": cfg.method,
                 "schedule": cfg.schedule,
                 "ratio": cfg.ratio,
-                "bits": cfg.bits or UNQUANTIZED_BITS,
-                "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
+                "key_bits": cfg.widths[0],
+                "value_bits": cfg.widths[1],
+                "fp_recent": cfg.fp_recent,
                 "layers": [
                     {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
                 ],
@@ -474,8 +506,9 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                     "method": cfg.method,
                     "schedule": cfg.schedule,
                     "ratio": cfg.ratio,
-                    "bits": cfg.bits or UNQUANTIZED_BITS,
-                    "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
+                    "key_bits": cfg.widths[0],
+                    "value_bits": cfg.widths[1],
+                    "fp_recent": cfg.fp_recent,
                     **summary,
                 }
             )
@@ -488,9 +521,9 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
 def _progress(done: int, total: int, cfg: Any) -> None:
     width = 30
     filled = int(width * done / total)
-    bits = f"{cfg.bits or UNQUANTIZED_BITS}"
-    if cfg.packed_value_bits not in (None, cfg.bits):
-        bits += f"/{cfg.packed_value_bits}"
+    key_bits, value_bits = cfg.widths
+    bits = f"{key_bits}" if key_bits == value_bits else f"{key_bits}/{value_bits}"
+    bits += f" fp{cfg.fp_recent}" if cfg.fp_recent else ""
     sys.stderr.write(
         f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {cfg.method} r={cfg.ratio:g} bits={bits}  "
     )

@@ -38,6 +38,9 @@ DEFAULT_VALUE_BITS: int | None = None
 #: The values' width the app's "Separate K/V" toggle starts from (with 8-bit keys: mlx-lm issue 1550's K8/V4).
 DEFAULT_SPLIT_VALUE_BITS = 4
 DEFAULT_GROUP_SIZE = 64
+#: Full-precision residual (KIVI-style): the kept sinks and the last R prompt positions stay float beside the
+#: packed rest, and decoded tokens too; 0 packs everything kept.
+DEFAULT_FP_RECENT = 0
 DEFAULT_PER_HEAD = True
 #: Observation window: the last prompt queries that vote (SnapKV's 64 here); also the window whose attention the
 #: statistics' "attention mass kept" is measured over.
@@ -51,6 +54,7 @@ DEFAULT_CONFIG: dict[str, object] = {
     "ratio": DEFAULT_RATIO,
     "bits": DEFAULT_BITS,
     "value_bits": DEFAULT_VALUE_BITS,
+    "fp_recent": DEFAULT_FP_RECENT,
     "group_size": DEFAULT_GROUP_SIZE,
     "per_head": DEFAULT_PER_HEAD,
     "window": DEFAULT_WINDOW,
@@ -84,3 +88,11 @@ DEFAULT_PROBE_LENGTHS: tuple[int, ...] = (800, 1600)
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
+
+#: How a prefill records h2o's column sums: "eager" computes them chunk by chunk during the prefill (no prefill
+#: queries kept beyond the capture window), "lazy" keeps every chunk's queries and computes the same sums when h2o is
+#: first asked for (H_q/(2·H_kv) × the dense cache until then), "auto" picks by backend (GPU eager, CPU lazy).
+H2O_CAPTURE_MODES: tuple[str, ...] = ("auto", "eager", "lazy")
+DEFAULT_H2O_CAPTURE = "auto"
+#: Environment variable that overrides "auto" (set it to "eager" or "lazy").
+H2O_CAPTURE_ENV = "KVLENS_H2O_CAPTURE"

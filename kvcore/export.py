@@ -17,8 +17,9 @@ STATS_COLUMNS: tuple[str, ...] = (
     "method",
     "schedule",
     "retention_ratio",
-    "bits",  # the keys' width (16: unquantized)
-    "value_bits",  # the values' width: the same as bits unless split (e.g. 8-bit keys, 4-bit values)
+    "key_bits",  # the keys' width (16: unquantized)
+    "value_bits",  # the values' width (16: unquantized); split widths such as 8-bit keys, 4-bit values
+    "fp_recent",  # R of the float residual: sinks and the last R prompt positions unquantized (0: none)
     "group_size",
     "layer",
     "kv_head",
@@ -32,6 +33,11 @@ STATS_COLUMNS: tuple[str, ...] = (
     "value_rmse",
     "budget_note",  # why pyramidkv fell back to uniform counts at this setting; empty when it did not
 )
+
+#: Columns an earlier release wrote under another name (new -> old): files from it are still read back (resume).
+RENAMED_COLUMNS: dict[str, str] = {"key_bits": "bits"}
+#: Columns an earlier release did not write, with the cell that reproduces its behaviour.
+ADDED_COLUMNS: dict[str, str] = {"fp_recent": "0"}
 
 #: The columns of STATS_COLUMNS that name the setting (all before "layer"): what a pin records.
 CONFIG_COLUMNS: tuple[str, ...] = STATS_COLUMNS[: STATS_COLUMNS.index("layer")]
@@ -69,11 +75,13 @@ PROMPT_SWEEP_COLUMNS: tuple[str, ...] = (
     "recalled",
 )
 #: What a prompt-set summary reports per configuration: the row column each summary metric is taken from.
+#: compression_ratio (compressed / dense bytes, per prompt) is the memory axis a frontier of the summary needs.
 SET_METRICS: dict[str, str] = {
     "kl": "kl_mean",
     "agreement": "agreement",
     "nll_delta": "nll_delta",
     "recall": "recalled",
+    "compression_ratio": "compression_ratio",
 }
 #: One row per configuration of a prompt-set run, the same columns for `sweep` and `probe` (a metric that mode
 #: does not measure is empty): how many prompts, then each metric's mean and bootstrap interval over prompts.

@@ -17,7 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from kvcore import attention, model_checks
+from kvcore import attention, mla, model_checks
 from kvcore.prompting import has_chat_template
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -42,6 +42,14 @@ class ModelInfo:
     vocab_size: int | None
     has_chat_template: bool = False  # the tokenizer's; prefill applies it by default, as mlx_lm.generate does
     attention_sinks: bool = False  # learned sinks (gpt_oss): mlx-lm's quantized attention cannot run them
+    # MLA (kvcore.mla): the cache's one kv-head holds latent rows (head_dim = kv_lora_rank wide) as keys and their
+    # RoPE key part (this wide) as values; observed queries and keys are head_dim + latent_rope_dim wide.
+    latent_rope_dim: int = 0
+
+    @property
+    def query_dim(self) -> int:
+        """Width of the observed queries and keys: head_dim, plus the RoPE part for a latent model."""
+        return self.head_dim + self.latent_rope_dim
 
 
 def hf_cache_dir() -> Path:
@@ -158,12 +166,16 @@ def upcast_on_cpu(model: nn.Module) -> bool:
 
 
 def model_info(model: nn.Module, config: dict, path: Path) -> ModelInfo:
-    """Shapes from the config, falling back to the model's attention modules where a key is missing."""
+    """Shapes from the config, falling back to the model's attention modules where a key is missing; a latent
+    (MLA) model's from its cache: one kv-head of kv_lora_rank, whatever num_key_value_heads says."""
     text = config.get("text_config", config)
     n_layers = len(getattr(model, "layers", [])) or int(text.get("num_hidden_layers", 0))
     n_q = int(text.get("num_attention_heads", 0))
     n_kv = int(text.get("num_key_value_heads") or n_q)
     head_dim = int(text.get("head_dim") or (text.get("hidden_size", 0) // max(n_q, 1)))
+    latent = mla.latent_dims(model)
+    if latent is not None:
+        n_kv, head_dim = 1, latent[0]
     ctx = text.get("max_position_embeddings")
     name = path.name if path.exists() else str(path)
     return ModelInfo(
@@ -176,4 +188,5 @@ def model_info(model: nn.Module, config: dict, path: Path) -> ModelInfo:
         head_dim=head_dim,
         max_context=int(ctx) if ctx else None,
         vocab_size=text.get("vocab_size"),
+        latent_rope_dim=latent[1] if latent is not None else 0,
     )

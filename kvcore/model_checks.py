@@ -1,7 +1,7 @@
 """Refusals made before a model is prefilled, each one line naming the problem and the fix.
 
-`check_config` reads config.json before any weight is loaded (no model_type, an unknown family, multi-head
-latent attention); `explain_load_error` turns mlx's parameter-mismatch errors, whose name lists the loader used to
+`check_config` reads config.json before any weight is loaded (no model_type, an unknown family, a multi-head
+latent attention family other than deepseek_v3's, which KV Lens observes in latent space: kvcore.mla); `explain_load_error` turns mlx's parameter-mismatch errors, whose name lists the loader used to
 cut off, into the first names and the count; `has_attention_sinks` tells the session that quantized KV is
 impossible (mlx-lm's quantized attention raises "Quantized SDPA does not support attention sinks").
 Free of MLX imports, so the GUI can word the same refusals.
@@ -46,8 +46,12 @@ def family(config: dict[str, Any]) -> str:
     return MODEL_REMAPPING.get(model_type, model_type)
 
 
-def _caches_latent(module_name: str) -> bool:
-    """Whether the family's attention caches a shared latent (MLA) rather than per-head keys and values.
+#: The mlx-lm module whose latent attention KV Lens observes (kvcore.mla); kimi_k2 and joyai_llm_flash map to it.
+OBSERVED_LATENT_FAMILY = "deepseek_v3"
+
+
+def _caches_latent(module_name: str) -> str | None:
+    """The mlx-lm module whose attention caches a shared latent (MLA) for this family, or None.
 
     Read from the family's source and the mlx-lm modules it imports from (every latent-cache family in mlx-lm
     0.32 names the cached latent `kv_latent`), so a new MLA family is caught without a list to keep up to date.
@@ -63,9 +67,9 @@ def _caches_latent(module_name: str) -> bool:
             continue
         source = Path(spec.origin).read_text(encoding="utf-8")
         if "kv_latent" in source:
-            return True
+            return name
         todo.extend(m for m in _SIBLING.findall(source) if m not in ("base", "cache", "activations"))
-    return False
+    return None
 
 
 def check_config(path: Path) -> dict[str, Any]:
@@ -76,7 +80,9 @@ def check_config(path: Path) -> dict[str, Any]:
 
 
 def check_family(config: dict[str, Any], file: str) -> None:
-    """Refuse a config without model_type, of a family mlx-lm lacks, or with a latent (MLA) cache."""
+    """Refuse a config without model_type, of a family mlx-lm lacks, or with a latent (MLA) cache KV Lens
+    cannot observe: only `OBSERVED_LATENT_FAMILY`'s own module is (another module's attention differs: an
+    indexer, other cache lists, hybrid linear layers, another absorption)."""
     if not config.get("model_type"):
         raise ValueError(
             f'{file} has no \'model_type\': add the architecture\'s name, e.g. "model_type": "llama" '
@@ -88,12 +94,17 @@ def check_family(config: dict[str, Any], file: str) -> None:
             f"model_type {config['model_type']!r} in {file} is not an architecture mlx-lm knows: "
             "choose a model mlx-lm supports (llama, mistral, qwen3, gemma3, phi3, …) or upgrade mlx-lm"
         )
-    if _caches_latent(name):
+    latent = _caches_latent(name)
+    if latent is not None and name != OBSERVED_LATENT_FAMILY:
+        where = (
+            f"computed by mlx-lm's {latent}.py, not by {OBSERVED_LATENT_FAMILY}'s attention"
+            if latent != OBSERVED_LATENT_FAMILY
+            else f"inside mlx-lm's {name}.py model, whose layers and caches differ from {OBSERVED_LATENT_FAMILY}'s"
+        )
         raise ValueError(
-            f"{config['model_type']} uses multi-head latent attention (MLA): its cache holds one latent per "
-            "token shared by every head, with keys and values made from it inside the attention, so KV Lens "
-            "cannot score or compress it per kv-head yet; choose a model with standard attention "
-            "(llama, qwen3, gemma3, gpt_oss, …)"
+            f"{config['model_type']} uses multi-head latent attention (MLA) {where}; {OBSERVED_LATENT_FAMILY}'s "
+            "is the one MLA layout KV Lens observes in latent space, so this one cannot be scored correctly: "
+            "choose deepseek_v3 / kimi_k2 or a model with standard attention (llama, qwen3, gemma3, gpt_oss, …)"
         )
 
 
@@ -123,6 +134,31 @@ def explain_load_error(exc: BaseException, path: Path, config: dict[str, Any] | 
         f"{path}: the weights do not match {file}: {count} parameters of the model it describes are missing "
         f"({shown}); use the config.json that came with these weights, or re-convert with mlx_lm.convert"
     )
+
+
+def latent_kv_refusal(model_type: str) -> str:
+    """Why quantized KV is refused on a latent (MLA) model, and the fix."""
+    return (
+        f"{model_type} uses multi-head latent attention, which mlx-lm cannot run on a quantized KV cache (its "
+        "attention multiplies the cached RoPE keys as a plain array, not packed ones): choose 16 bits "
+        "(unquantized KV) for this model"
+    )
+
+
+def latent_query_stats_refusal(model_type: str, method: str) -> str:
+    """Why expected_attention is refused on a latent (MLA) model, and the fix."""
+    return (
+        f"{method} needs pre-RoPE query statistics, but {model_type}'s multi-head latent attention applies RoPE "
+        "to only part of each query and scores it in latent space, which expected_attention does not model: "
+        "choose another method for this model"
+    )
+
+
+def quantized_kv_refusal(model_type: str, attention_sinks: bool, latent: bool) -> str | None:
+    """Why this model cannot run on a quantized KV cache at all (sinks, latent attention), or None."""
+    if attention_sinks:
+        return sinks_refusal(model_type)
+    return latent_kv_refusal(model_type) if latent else None
 
 
 def has_attention_sinks(model: nn.Module) -> bool:

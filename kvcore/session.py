@@ -2,7 +2,8 @@
 
 The dense cache, the captured observations and each method's ranking are kept, so a new retention ratio or
 bit width is a top-n slice, a gather and a quantize — never a second prefill. h2o's sums (costly on a CPU) are
-computed from the kept prefill queries the first time h2o is asked for, not at prefill. The dense greedy
+computed on a CPU from the kept prefill queries the first time h2o is asked for, on a GPU during the prefill
+(`kvcore.capture_mode`). The dense greedy
 continuation is computed once and is the reference every compressed state is measured against.
 
 Schedules (`kvcore.defaults.SCHEDULES`, a field of every config): "paper" compresses the whole prompt with the
@@ -34,7 +35,9 @@ from kvcore.defaults import (
     CAPTURE_WINDOW,
     DEFAULT_BITS,
     DEFAULT_CONTINUATION_TOKENS,
+    DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
+    DEFAULT_H2O_CAPTURE,
     DEFAULT_KERNEL,
     DEFAULT_METHOD,
     DEFAULT_N_SINK,
@@ -49,7 +52,9 @@ from kvcore.defaults import (
 )
 from kvcore.methods import MethodParams, available
 from kvcore.methods import get as get_method
+from kvcore.methods.adakv import AdaKV
 from kvcore.methods.base import window_attention
+from kvcore.residual import ResidualKVCache, split_select
 from kvcore.selection import Ranking, budget_note, rank, select
 
 Progress = Callable[[int, int], None] | None
@@ -73,10 +78,13 @@ __all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", 
 
 @dataclass(frozen=True)
 class CompressionConfig:
-    """One point in the space the sliders span. bits None means unquantized (the UI's 16).
+    """One point in the space the sliders span. bits None means unquantized keys (the UI's 16).
 
-    `bits` is the keys' width and `value_bits` the values' (None: the same as `bits`), so 8-bit keys with 4-bit
-    values is `bits=8, value_bits=4`; values cannot be packed while keys stay unquantized.
+    `bits` is the keys' width and `value_bits` the values' (None: the same as `bits`; 16: unquantized), so 8-bit
+    keys with 4-bit values is `bits=8, value_bits=4`, float keys with 4-bit values `bits=None, value_bits=4` and
+    4-bit keys with float values `bits=4, value_bits=16`. A value width equal to the keys' is stored as None.
+    `fp_recent = R > 0` keeps the kept sinks (positions < n_sink) and the last R prompt positions float beside the
+    packed rest, and decoded tokens float too (kvcore.residual); it is 0 whenever nothing is packed.
     """
 
     method: str = DEFAULT_METHOD
@@ -90,6 +98,7 @@ class CompressionConfig:
     seed: int = DEFAULT_SEED
     schedule: str = DEFAULT_SCHEDULE
     value_bits: int | None = DEFAULT_VALUE_BITS
+    fp_recent: int = DEFAULT_FP_RECENT
 
     @property
     def key_bits(self) -> int | None:
@@ -97,8 +106,19 @@ class CompressionConfig:
 
     @property
     def packed_value_bits(self) -> int | None:
-        """The values' width as stored: `value_bits`, or `bits` when it is None."""
-        return self.bits if self.value_bits is None else self.value_bits
+        """The values' packed width: `value_bits`, or `bits` when it is None; None when values stay float."""
+        bits = self.bits if self.value_bits is None else self.value_bits
+        return None if bits == UNQUANTIZED_BITS else bits
+
+    @property
+    def quantized(self) -> bool:
+        """Whether keys or values (or both) are packed."""
+        return self.bits is not None or self.packed_value_bits is not None
+
+    @property
+    def widths(self) -> tuple[int, int]:
+        """(key width, value width) as the caches take them, 16 for a float side."""
+        return self.bits or UNQUANTIZED_BITS, self.packed_value_bits or UNQUANTIZED_BITS
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -111,11 +131,18 @@ class CompressionConfig:
             raise ValueError(
                 f"bits must be one of {ALLOWED_BITS} or {UNQUANTIZED_BITS} (unquantized), got {self.bits!r}"
             )
-        if self.value_bits is not None and (self.value_bits not in ALLOWED_BITS or self.bits is None):
+        if self.value_bits is not None and self.value_bits not in (*ALLOWED_BITS, UNQUANTIZED_BITS):
             raise ValueError(
-                f"value bits must be one of {ALLOWED_BITS} with quantized keys, or {UNQUANTIZED_BITS}/None "
+                f"value bits must be one of {ALLOWED_BITS}, {UNQUANTIZED_BITS} (unquantized) or None "
                 f"(the keys' width), got value_bits={self.value_bits!r} with bits={self.bits!r}"
             )
+        if self.value_bits == (self.bits or UNQUANTIZED_BITS):
+            object.__setattr__(self, "value_bits", None)  # one spelling per setting: equal widths are None
+        fp = self.fp_recent
+        if isinstance(fp, bool) or not isinstance(fp, int | np.integer) or fp < 0:
+            raise ValueError(f"fp_recent must be a whole number of positions >= 0, got {fp!r}")
+        if not self.quantized:
+            object.__setattr__(self, "fp_recent", 0)  # nothing is packed, so nothing needs a float residual
         if self.group_size not in ALLOWED_GROUP_SIZES:
             raise ValueError(f"group size must be one of {ALLOWED_GROUP_SIZES}, got {self.group_size!r}")
         if self.window > CAPTURE_WINDOW:
@@ -130,8 +157,6 @@ class CompressionConfig:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         if known.get("bits") == UNQUANTIZED_BITS:
             known["bits"] = None
-        if known.get("value_bits") in (UNQUANTIZED_BITS, known.get("bits")):
-            known["value_bits"] = None
         return cls(**known)
 
     def to_dict(self) -> dict[str, Any]:
@@ -297,7 +322,7 @@ class Session:
             self.model,
             ids,
             window=CAPTURE_WINDOW,
-            h2o="lazy",
+            h2o=DEFAULT_H2O_CAPTURE,
             hold_last=True,
             on_progress=on_progress,
             should_cancel=should_cancel,
@@ -386,15 +411,29 @@ class Session:
 
     # -- decoding ---------------------------------------------------------------------------------------------
     def _greedy(self, cache: list[Any], first: int, n: int, should_cancel: CancelCheck) -> list[int]:
-        """Greedy decode of n tokens starting by feeding `first`; mutates `cache`."""
-        tokens, tok = [], first
-        for _ in range(n):
-            if should_cancel is not None and should_cancel():
-                raise Cancelled(f"generation cancelled after {len(tokens)} of {n} tokens")
-            logits = self.model(mx.array([[tok]]), cache=cache)
+        """Greedy decode of n tokens starting by feeding `first`; mutates `cache`.
+
+        Pipelined as mlx-lm's `generate_step`: the next step is built and queued (`mx.async_eval`) before the
+        current token is read back, so the host builds step i+1 while the device runs step i.
+        """
+        tokens: list[int] = []
+
+        def step(y: mx.array) -> mx.array:
+            logits = self.model(y, cache=cache)
             self.forward_calls += 1
-            tok = int(mx.argmax(logits[0, -1]).item())
-            tokens.append(tok)
+            out = mx.argmax(logits[:, -1], axis=-1, keepdims=True)
+            mx.async_eval(out)
+            return out
+
+        if should_cancel is not None and should_cancel():
+            raise Cancelled(f"generation cancelled after 0 of {n} tokens")
+        y = step(mx.array([[first]])) if n > 0 else None
+        for i in range(n):
+            following = step(y) if i + 1 < n else None
+            tokens.append(int(y.item()))
+            if following is not None and should_cancel is not None and should_cancel():
+                raise Cancelled(f"generation cancelled after {len(tokens)} of {n} tokens")
+            y = following
         return tokens
 
     def _reference_logits(self, cache: list[Any], schedule: str, tokens: Sequence[int]) -> np.ndarray:
@@ -427,10 +466,16 @@ class Session:
 
     def check_config(self, config: CompressionConfig) -> None:
         """Refuse a config this model cannot run, before any work (the CLI calls it before the prefill)."""
-        if config.bits is None:
+        info = self.info
+        if info.latent_rope_dim and get_method(config.method).needs_query_stats:
+            raise ValueError(model_checks.latent_query_stats_refusal(info.model_type, config.method))
+        if not config.quantized:
             return
-        if self.info.attention_sinks:
-            raise ValueError(model_checks.sinks_refusal(self.info.model_type))
+        refusal = model_checks.quantized_kv_refusal(
+            info.model_type, info.attention_sinks, bool(info.latent_rope_dim)
+        )
+        if refusal is not None:
+            raise ValueError(refusal)
         if self.info.head_dim % config.group_size:
             raise ValueError(
                 f"group size {config.group_size} does not divide head_dim {self.info.head_dim}: "
@@ -446,13 +491,15 @@ class Session:
         ranking = self.ranking(config)
         selection = select(ranking, config.ratio, per_head=config.per_head)
         source = (
-            observed.cache
-            if config.bits is None
-            else self._quantized_dense(
-                config.bits, config.group_size, config.schedule, config.packed_value_bits
-            )
+            self._quantized_dense(*config.widths, config.group_size, config.schedule)
+            if config.quantized
+            else observed.cache
         )
-        cache = caches.select_positions(source, selection, validate=False)  # valid by construction
+        if config.quantized and config.fp_recent:
+            T = self.n_compressible(config.schedule)
+            cache = split_select(observed.cache, source, selection, T, config.n_sink, config.fp_recent)
+        else:
+            cache = caches.select_positions(source, selection, validate=False)  # valid by construction
         recompress_ms = (time.perf_counter() - start) * 1e3
         kept = self._kept_mask(selection, self.n_compressible(config.schedule), observed.cache)
         fixed = {
@@ -471,17 +518,24 @@ class Session:
             recompress_ms=recompress_ms,
             not_compressible=fixed,
             bytes_not_compressible=caches.cache_tensor_bytes([observed.cache[i] for i in fixed]),
-            budget_note=budget_note(ranking, config.ratio),
+            budget_note=self._latent_note(ranking) or budget_note(ranking, config.ratio),
         )
-        if config.bits is not None:
+        if config.quantized:
             state.quant_error, state.quant_rmse = self._quant_error(state)
         state.stats_rows = self._stats_rows(state)
         return state
 
-    def _quantized_dense(
-        self, bits: int, group_size: int, schedule: str, value_bits: int | None = None
-    ) -> list[Any]:
-        """The whole prefilled cache packed at (bits, group_size), kept for the last pair asked for.
+    def _latent_note(self, ranking: Ranking) -> str | None:
+        """Why a per-head budget rule (adakv) keeps its scorer's top positions on a latent (MLA) model."""
+        if not self.info.latent_rope_dim or not isinstance(ranking.method, AdaKV):
+            return None
+        return (
+            f"{ranking.method.name}: {self.info.model_type}'s latent cache has one kv-head shared by all "
+            f"{self.info.n_q_heads} query heads, so per-head budgets are one shared selection"
+        )
+
+    def _quantized_dense(self, bits: int, value_bits: int, group_size: int, schedule: str) -> list[Any]:
+        """The whole prefilled cache packed at (key bits, value bits, group_size), kept for the last one asked for.
 
         mx.quantize packs each row on its own, so gathering packed rows equals packing gathered rows, bit for bit;
         packing once per bit width turns every later ratio move into a gather of packed rows, which is ~3x
@@ -521,28 +575,24 @@ class Session:
         L, H, T = state.kept.shape
         err = np.full((L, H, T), np.nan, dtype=np.float32)
         per_layer: list[tuple[np.ndarray, np.ndarray] | None] = []
-        lazy = []
+        lazy: list[list[tuple[np.ndarray, Any, Any]] | None] = []
         for dense, comp in zip(observed.cache, state.cache, strict=True):
-            if not isinstance(comp, caches.SparseQuantizedKVCache):
+            if isinstance(comp, ResidualKVCache):  # the float residual's rows are exact: error 0
+                stores = [(comp.body, True), (comp.residual, False)]
+            elif isinstance(comp, caches.SparseQuantizedKVCache):
+                stores = [(comp, True)]
+            else:
                 lazy.append(None)
                 continue
-            dk, dv = dense.keys[0, :, : dense.offset], dense.values[0, :, : dense.offset]
-            qk, qv = comp.keys_and_values()
-            deq_k = mx.dequantize(*qk, group_size=comp.group_size, bits=comp.bits)[0].astype(mx.float32)
-            deq_v = mx.dequantize(*qv, group_size=comp.group_size, bits=comp.value_bits)[0].astype(mx.float32)
-            pos = _positions_matrix(comp, T)  # [H, n_rows] with -1 for padding
-            safe = mx.array(np.maximum(pos, 0))
-            ref_k = mx.take_along_axis(dk.astype(mx.float32), safe[..., None], axis=1)
-            ref_v = mx.take_along_axis(dv.astype(mx.float32), safe[..., None], axis=1)
-            ek = mx.sqrt(mx.mean((ref_k - deq_k) ** 2, axis=-1))
-            ev = mx.sqrt(mx.mean((ref_v - deq_v) ** 2, axis=-1))
-            lazy.append((pos, ek, ev))
-        mx.eval([x for item in lazy if item is not None for x in item[1:]])
+            lazy.append([_row_errors(dense, store, T, packed) for store, packed in stores])
+        mx.eval([x for item in lazy if item is not None for part in item for x in part[1:]])
         for layer, item in enumerate(lazy):
             if item is None:
                 per_layer.append(None)
                 continue
-            pos, ek, ev = item[0], np.array(item[1]), np.array(item[2])
+            pos = np.concatenate([p for p, _, _ in item], axis=1)
+            ek = np.concatenate([np.array(e) for _, e, _ in item], axis=1)
+            ev = np.concatenate([np.array(e) for _, _, e in item], axis=1)
             valid = pos >= 0
             for h in range(H):
                 p = pos[h][valid[h]]
@@ -574,9 +624,10 @@ class Session:
                         "method": cfg.method,
                         "schedule": cfg.schedule,
                         "retention_ratio": cfg.ratio,
-                        "bits": cfg.bits or UNQUANTIZED_BITS,
-                        "value_bits": cfg.packed_value_bits or UNQUANTIZED_BITS,
-                        "group_size": cfg.group_size if cfg.bits else "",
+                        "key_bits": cfg.widths[0],
+                        "value_bits": cfg.widths[1],
+                        "fp_recent": cfg.fp_recent,
+                        "group_size": cfg.group_size if cfg.quantized else "",
                         "layer": layer,
                         "kv_head": h,
                         "compressible": layer not in state.not_compressible,
@@ -659,6 +710,25 @@ class Session:
             [np.flatnonzero(state.kept[layer, h]).tolist() for h in range(state.kept.shape[1])]
             for layer in range(state.kept.shape[0])
         ]
+
+
+def _row_errors(dense: Any, store: Any, n_prompt: int, packed: bool) -> tuple[np.ndarray, Any, Any]:
+    """(positions [H, n_rows] with -1 for padding, key RMSE, value RMSE per stored row) of one store of a layer;
+    a float store (the residual) holds the dense rows themselves, so its errors are zeros."""
+    pos = _positions_matrix(store, n_prompt)
+    if not packed:
+        zeros = np.zeros(pos.shape, dtype=np.float32)
+        return pos, zeros, zeros
+    dk, dv = dense.keys[0, :, : dense.offset], dense.values[0, :, : dense.offset]
+    qk, qv = store.keys_and_values()
+    deq_k = caches.dequantized(qk, store.group_size, store.bits)[0].astype(mx.float32)
+    deq_v = caches.dequantized(qv, store.group_size, store.value_bits)[0].astype(mx.float32)
+    safe = mx.array(np.maximum(pos, 0))
+    ref_k = mx.take_along_axis(dk.astype(mx.float32), safe[..., None], axis=1)
+    ref_v = mx.take_along_axis(dv.astype(mx.float32), safe[..., None], axis=1)
+    ek = mx.sqrt(mx.mean((ref_k - deq_k) ** 2, axis=-1))
+    ev = mx.sqrt(mx.mean((ref_v - deq_v) ** 2, axis=-1))
+    return pos, ek, ev
 
 
 def _positions_matrix(layer: Any, n_prompt: int) -> np.ndarray:

@@ -183,9 +183,10 @@ def _observations(header: dict, arrays: dict, schedule: str, n: int, info: Any, 
             raise ValueError(f"{where}: {part}: layer {i} scale must be a positive number, got {scale!r}")
         prefix = f"{_OBS[schedule]}{i}."
         w = min(CAPTURE_WINDOW, n)
-        queries = _array(arrays, prefix + "window_queries", (info.n_q_heads, w, info.head_dim), part, where)
+        queries = _array(arrays, prefix + "window_queries", (info.n_q_heads, w, info.query_dim), part, where)
         sums = _array(arrays, prefix + "h2o_sums", (info.n_q_heads, n), part, where)
-        obs = LayerObservation(mx.zeros((0,)), queries, sums, *heads, scale)
+        latent = bool(info.latent_rope_dim)
+        obs = LayerObservation(mx.zeros((0,)), queries, sums, *heads, scale, latent=latent)
         obs.query_stats = _query_stats(m, arrays, prefix, n, info, f"{part}: layer {i}", where)
         out.append(obs)
     return out

@@ -17,12 +17,15 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.export import CONFIG_COLUMNS, PROMPT_SWEEP_COLUMNS, SET_SUMMARY_COLUMNS, write_csv, write_json
 from kvcore.prompt_sets import PromptItem, load_prompts, set_digest
 from kvcore.set_run import Job, Records, SetResults, encode_rows, read_records, run_jobs, write_records
+
+if TYPE_CHECKING:
+    from kvcore.cli import PlotWriter
 
 #: A mode's work on one prefilled-or-not prompt: (configuration index, row dicts) per configuration.
 ModeRun = Callable[[Any, PromptItem, tuple[int, ...]], Iterator[tuple[int, list[dict[str, Any]]]]]
@@ -52,7 +55,7 @@ def sweep_mode(args: argparse.Namespace, configs: Sequence[Any]) -> Mode:
             recalled = None if item.answer is None else writes_answer(item.answer, text)
             yield i, [{**row, "prompt": item.id, "recalled": recalled} for row in point.csv_rows()]
 
-    cells = [_config_cells(c, c.group_size if c.bits else "") for c in configs]
+    cells = [_config_cells(c, c.group_size if c.quantized else "") for c in configs]
     return Mode(PROMPT_SWEEP_COLUMNS, cells, run, needs_answers=False)
 
 
@@ -73,20 +76,25 @@ def probe_mode(args: argparse.Namespace, configs: Sequence[Any]) -> Mode:
             rows = [dense_row(session, probe)] if i == 0 else config_rows(session, probe, [configs[i - 1]])
             yield i, [{**row, "prompt": item.id} for row in rows]
 
-    cells = [_cells(DENSE, "", 1.0, UNQUANTIZED_BITS, UNQUANTIZED_BITS, "")]
+    cells = [_cells(DENSE, "", 1.0, UNQUANTIZED_BITS, UNQUANTIZED_BITS, 0, "")]
     cells += [_config_cells(c, c.group_size) for c in configs]
     return Mode(PROMPT_PROBE_COLUMNS, cells, run, needs_answers=True)
 
 
 def _config_cells(c: Any, group_size: int | str) -> dict[str, Any]:
-    bits, value_bits = c.bits or UNQUANTIZED_BITS, c.packed_value_bits or UNQUANTIZED_BITS
-    return _cells(c.method, c.schedule, c.ratio, bits, value_bits, group_size)
+    return _cells(c.method, c.schedule, c.ratio, *c.widths, c.fp_recent, group_size)
 
 
 def _cells(
-    method: str, schedule: str, ratio: float, bits: int, value_bits: int, group_size: int | str
+    method: str,
+    schedule: str,
+    ratio: float,
+    key_bits: int,
+    value_bits: int,
+    fp_recent: int,
+    group_size: int | str,
 ) -> dict[str, Any]:
-    values = (method, schedule, ratio, bits, value_bits, group_size)
+    values = (method, schedule, ratio, key_bits, value_bits, fp_recent, group_size)
     return dict(zip(CONFIG_COLUMNS, values, strict=True))
 
 
@@ -95,9 +103,14 @@ def summary_paths(csv_path: Path) -> tuple[Path, Path]:
     return csv_path.with_suffix(".summary.csv"), csv_path.with_suffix(".summary.json")
 
 
-def run(args: argparse.Namespace, mode: Mode, check: Callable[[Any, int], None]) -> int:
+def run(
+    args: argparse.Namespace,
+    mode: Mode,
+    check: Callable[[Any, int], None],
+    plot_writer: PlotWriter | None = None,
+) -> int:
     """Load, agree across ranks, run, write (rank 0). `check(session, rank)` refuses bad configurations and,
-    on rank 0, a bad output path (ValueError)."""
+    on rank 0, a bad output path (ValueError). `plot_writer` draws `--plot` from the summary (rank 0)."""
     from kvcore.distributed import Ranks
 
     ranks = Ranks()
@@ -148,7 +161,7 @@ def run(args: argparse.Namespace, mode: Mode, check: Callable[[Any, int], None])
     status = 0
     if ranks.rank == 0:
         sys.stderr.write("\n")
-        status = _finish(args, mode, results, len(items), ranks)
+        status = _finish(args, mode, results, len(items), ranks, plot_writer)
     # mlx.launch stops every rank as soon as one exits non-zero: no rank leaves before rank 0 has written, and
     # only rank 0 reports the failure status (the others' rows are in its files).
     ranks.gather(b"")
@@ -224,7 +237,14 @@ def _progress(done: int, total: int, failed: int, size: int) -> None:
     sys.stderr.flush()
 
 
-def _finish(args: argparse.Namespace, mode: Mode, results: SetResults, n_prompts: int, ranks: Any) -> int:
+def _finish(
+    args: argparse.Namespace,
+    mode: Mode,
+    results: SetResults,
+    n_prompts: int,
+    ranks: Any,
+    plot_writer: PlotWriter | None,
+) -> int:
     from kvcore.set_summary import summary_rows
 
     records = results.records()
@@ -235,13 +255,37 @@ def _finish(args: argparse.Namespace, mode: Mode, results: SetResults, n_prompts
         csv_path, json_path = summary_paths(args.csv)
         write_csv(csv_path, summary, SET_SUMMARY_COLUMNS)
         write_json(json_path, _summary_json(summary))
+    plotted = _plot(args, summary, plot_writer)
     _print_summary(summary)
     moved = f"; {ranks.bytes_moved} bytes moved between {ranks.size} ranks" if ranks.size > 1 else ""
-    written = f" written to {args.csv}" if args.csv is not None else ""
+    outputs = [str(p) for p in (args.csv, plotted) if p is not None]
+    written = f" written to {', '.join(outputs)}" if outputs else ""
     print(f"{n_prompts} prompts × {len(mode.cells)} configurations; {len(records)} rows{written}{moved}")
     for message in results.errors.values():
         print(f"kvlens: error: {' '.join(message.split())}", file=sys.stderr)
-    return 1 if results.errors else 0
+    unplotted = getattr(args, "plot", None) is not None and plotted is None
+    return 1 if results.errors or unplotted else 0
+
+
+def _plot(
+    args: argparse.Namespace,
+    summary: list[dict[str, Any]],
+    plot_writer: PlotWriter | None,
+) -> Path | None:
+    """`--plot`: the summary's frontier (one point per configuration at its mean, its interval as an error bar).
+    Nothing to draw (every prompt failed) is said on stderr; the run's status already reports the failures."""
+    path = getattr(args, "plot", None)
+    if path is None or plot_writer is None:
+        return None
+    from kvcore.set_results import points_from_summary
+
+    try:
+        points = points_from_summary(summary)
+    except ValueError as exc:
+        print(f"kvlens: error: --plot {path} not written: {exc}", file=sys.stderr)
+        return None
+    plot_writer(points, path, args.metric)
+    return path
 
 
 def _summary_json(summary: list[dict[str, Any]]) -> dict[str, Any]:
@@ -268,10 +312,12 @@ def _summary_json(summary: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _print_summary(summary: list[dict[str, Any]]) -> None:
     for row in summary:
-        label = f"{row['method']} r={row['retention_ratio']} bits={row['bits']}"
+        label = f"{row['method']} r={row['retention_ratio']} bits=K{row['key_bits']}/V{row['value_bits']} fp={row['fp_recent']}"
         parts = [
             f"{name} {row[f'{name}_mean']:.4g} [{row[f'{name}_low']:.4g}, {row[f'{name}_high']:.4g}]"
             for name in ("kl", "agreement", "nll_delta", "recall")
             if row[f"{name}_mean"] is not None
         ]
+        if row["compression_ratio_mean"] is not None:
+            parts.append(f"memory {100 * row['compression_ratio_mean']:.1f} % of dense")
         print(f"{label:>36} ({row['prompts']} prompts): {'; '.join(parts)}")

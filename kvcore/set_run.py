@@ -23,7 +23,7 @@ from typing import Any
 
 from kvcore.atomic import write_text
 from kvcore.distributed import Ranks
-from kvcore.export import csv_text
+from kvcore.export import ADDED_COLUMNS, RENAMED_COLUMNS, csv_text
 
 #: Rows of one (prompt, configuration) pair: each a list of CSV cells as text.
 Records = list[list[str]]
@@ -79,12 +79,36 @@ def read_records(path: Path, columns: Sequence[str]) -> Records:
         records = list(csv.reader(f))
     if not records:
         return []
-    if records[0] != list(columns):
+    header = records[0]
+    if header == list(columns):
+        return records[1:]
+    upgrade = _upgrade(header, columns)
+    if upgrade is None:
         raise ValueError(
             f"--resume: {path} was not written by this kind of run (its columns differ); "
             "give a new --csv or the matching command"
         )
-    return records[1:]
+    return [upgrade(r) for r in records[1:]]
+
+
+def _upgrade(header: list[str], columns: Sequence[str]) -> Callable[[list[str]], list[str]] | None:
+    """Rows of a file an earlier release wrote (a column since renamed, `bits` -> `key_bits`, or one it did not
+    have) as this release's cells, or None when the header is not such a file."""
+    where = {c: header.index(c) for c in header}
+    sources = []
+    for c in columns:
+        old = RENAMED_COLUMNS.get(c)
+        if c in where:
+            sources.append(where[c])
+        elif old in where:
+            sources.append(where[old])
+        elif c in ADDED_COLUMNS:
+            sources.append(ADDED_COLUMNS[c])
+        else:
+            return None
+    if len(header) != sum(isinstance(s, int) for s in sources):
+        return None
+    return lambda r: [r[s] if isinstance(s, int) else s for s in sources]
 
 
 def balanced_shards(jobs: Sequence[Job], size: int) -> list[list[Job]]:

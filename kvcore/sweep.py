@@ -132,7 +132,7 @@ def grid(
 def check_group_size(configs: Iterable[CompressionConfig], head_dim: int) -> None:
     """Refuse a quantized config whose group size does not divide head_dim, before any point runs."""
     for cfg in configs:
-        if cfg.bits is not None and head_dim % cfg.group_size:
+        if cfg.quantized and head_dim % cfg.group_size:
             ok = [g for g in ALLOWED_GROUP_SIZES if head_dim % g == 0]
             raise ValueError(
                 f"group size {cfg.group_size} does not divide head_dim {head_dim} of this model: use one of {ok}"

@@ -568,14 +568,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="reuse this tokenizer.json (the shipped one by default); 'train' trains a new one",
     )
     p.add_argument(
-        "--synthetic-share", type=float, default=0.35, help="share of each batch that is synthetic"
+        "--synthetic-share", type=float, default=0.30, help="share of each batch that is synthetic"
+    )
+    p.add_argument(
+        "--stdlib-weight",
+        type=int,
+        default=3,
+        help="times each standard-library file is in the code mixture (the held-out code is stdlib style)",
     )
     p.add_argument(
         "--synthetic-docs", type=int, default=0, help="distinct synthetic sequences (0: one per use)"
     )
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument(
-        "--probe-eval", type=int, default=60, help="probes per family set in the final recall eval"
+        "--probe-eval", type=int, default=40, help="probes per family set in the final recall eval"
     )
     p.add_argument("--tokenizer-sample-mb", type=float, default=48.0)
     p.add_argument("--no-site-packages", action="store_true", help="standard library only (overfits)")
@@ -621,9 +627,13 @@ def main(argv: list[str] | None = None) -> int:
         write_slice(tok, corpus.heldout, args.slice_out, args.slice_tokens)
     if args.stop_after == "tokenizer":
         return 0
-    train_ids = encode(tok, corpus.train, eos_id)
+    stdlib_docs = [d for d in corpus.train if d[0].startswith("stdlib/")]
+    train_ids = encode(tok, corpus.train + stdlib_docs * (args.stdlib_weight - 1), eos_id)
     heldout_ids = encode(tok, corpus.heldout, eos_id)
-    log(f"tokens: train {len(train_ids):,}, held-out {len(heldout_ids):,}")
+    log(
+        f"tokens: train {len(train_ids):,} (standard library x{args.stdlib_weight}), "
+        f"held-out {len(heldout_ids):,}"
+    )
     baseline = unigram_baseline(train_ids, heldout_ids, vocab_size)
     log(f"unigram baseline: {baseline}")
 
@@ -683,6 +693,7 @@ def main(argv: list[str] | None = None) -> int:
                     "warmup",
                     "seed",
                     "synthetic_share",
+                    "stdlib_weight",
                     "compile",
                 )
             },

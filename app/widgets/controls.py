@@ -91,17 +91,30 @@ class CompressionControls(QWidget):
         self.splitBitsCheck = QCheckBox("Separate K/V", objectName="splitBitsCheck")
         self.splitBitsCheck.setToolTip(
             "Pack values at their own width: keys carry outlier channels, values do not, so 8-bit keys with "
-            "4-bit values costs little quality"
+            "4-bit values costs little quality; either side may stay unquantized (16)"
         )
         self.valueBitsSlider = QSlider(Qt.Orientation.Horizontal, objectName="valueBitsSlider")
-        self.valueBitsSlider.setRange(0, len(ALLOWED_BITS) - 1)
+        self.valueBitsSlider.setRange(0, len(BITS_STEPS) - 1)
         self.valueBitsSlider.setPageStep(1)
         self.valueBitsSlider.setTickPosition(QSlider.TickPosition.TicksBelow)
-        self.valueBitsSlider.setToolTip("Bits per stored value (keys use the Bits slider)")
-        self.valueBitsSlider.setValue(ALLOWED_BITS.index(DEFAULT_SPLIT_VALUE_BITS))
+        self.valueBitsSlider.setToolTip(
+            "Bits per stored value (keys use the Bits slider); 16 means not quantized"
+        )
+        self.valueBitsSlider.setValue(BITS_STEPS.index(DEFAULT_SPLIT_VALUE_BITS))
         self.valueBitsLabel = QLabel(objectName="valueBitsLabel")
         self.valueBitsLabel.setMinimumWidth(40)
         self.valueBitsRow = self._with_label(self.valueBitsSlider, self.valueBitsLabel)
+
+        self.fpRecentSpin = self._spin(
+            "fpRecentSpin",
+            0,
+            1 << 20,
+            "Full-precision residual: keep the kept sinks and the last R prompt positions unquantized beside "
+            "the packed rest, and every generated token too (KIVI-style); the quantization-error view shows 0 "
+            "there. 0: pack everything kept",
+        )
+        self.fpRecentSpin.setSpecialValueText("off")
+        self.fpRecentSpin.setSingleStep(16)
 
         self.groupSizeCombo = QComboBox(objectName="groupSizeCombo")
         for size in GROUP_SIZES:
@@ -135,6 +148,7 @@ class CompressionControls(QWidget):
         form.addRow("Bits", self._with_label(self.bitsSlider, self.bitsLabel))
         form.addRow("", self.splitBitsCheck)
         form.addRow("Value bits", self.valueBitsRow)
+        form.addRow("FP recent", self.fpRecentSpin)
         self._form = form
         form.addRow("Group size", self.groupSizeCombo)
         form.addRow("", self.perHeadCheck)
@@ -153,7 +167,7 @@ class CompressionControls(QWidget):
         self.groupSizeCombo.currentIndexChanged.connect(self._changed)
         self.perHeadCheck.toggled.connect(self._changed)
         self.scheduleCombo.currentIndexChanged.connect(self._changed)
-        for spin in (self.windowSpin, self.sinkSpin, self.kernelSpin):
+        for spin in (self.windowSpin, self.sinkSpin, self.kernelSpin, self.fpRecentSpin):
             spin.valueChanged.connect(self._changed)
 
     @staticmethod
@@ -175,7 +189,8 @@ class CompressionControls(QWidget):
     # -- public API -------------------------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:
-        """{method, ratio (0.01-1.0), bits (int, None = unquantized), value_bits (None = the keys' width),
+        """{method, ratio (0.01-1.0), bits (int, None = unquantized keys), value_bits (None = the keys' width,
+        16 = unquantized values), fp_recent (0 when nothing is packed),
         group_size, per_head, window, n_sink, kernel, schedule}."""
         bits = BITS_STEPS[self.bitsSlider.value()]
         return {
@@ -183,6 +198,7 @@ class CompressionControls(QWidget):
             "ratio": self.retentionSlider.value() / 100.0,
             "bits": None if bits == UNQUANTIZED_BITS else bits,
             "value_bits": self._value_bits(bits),
+            "fp_recent": self.fpRecentSpin.value() if self.quantized() else 0,
             "group_size": int(self.groupSizeCombo.currentData()),
             "per_head": self.perHeadCheck.isChecked(),
             "window": self.windowSpin.value(),
@@ -204,6 +220,7 @@ class CompressionControls(QWidget):
             self.windowSpin,
             self.sinkSpin,
             self.kernelSpin,
+            self.fpRecentSpin,
             self.scheduleCombo,
         )
         for w in widgets:
@@ -220,11 +237,11 @@ class CompressionControls(QWidget):
                 self.bitsSlider.setValue(BITS_STEPS.index(bits))
             if "value_bits" in config:
                 value_bits = config["value_bits"]
-                split = value_bits not in (None, UNQUANTIZED_BITS, BITS_STEPS[self.bitsSlider.value()])
-                if split and value_bits not in ALLOWED_BITS:
-                    raise ValueError(f"value_bits must be one of {ALLOWED_BITS}, got {value_bits}")
+                split = value_bits not in (None, BITS_STEPS[self.bitsSlider.value()])
+                if split and value_bits not in BITS_STEPS:
+                    raise ValueError(f"value_bits must be one of {BITS_STEPS}, got {value_bits}")
                 if split:
-                    self.valueBitsSlider.setValue(ALLOWED_BITS.index(int(value_bits)))
+                    self.valueBitsSlider.setValue(BITS_STEPS.index(int(value_bits)))
                 self.splitBitsCheck.setChecked(split)
             if "group_size" in config:
                 index = self.groupSizeCombo.findData(int(config["group_size"]))
@@ -244,6 +261,7 @@ class CompressionControls(QWidget):
                 ("window", self.windowSpin),
                 ("n_sink", self.sinkSpin),
                 ("kernel", self.kernelSpin),
+                ("fp_recent", self.fpRecentSpin),
             ):
                 if key in config:
                     spin.setValue(int(config[key]))
@@ -251,6 +269,11 @@ class CompressionControls(QWidget):
             for w in widgets:
                 w.blockSignals(False)
         self._changed()
+
+    def quantized(self) -> bool:
+        """Whether the current choice packs keys or values (or both)."""
+        bits = BITS_STEPS[self.bitsSlider.value()]
+        return bits != UNQUANTIZED_BITS or self._value_bits(bits) not in (None, UNQUANTIZED_BITS)
 
     def set_head_dim(self, head_dim: int | None) -> None:
         """Disable group sizes that do not divide the model's head_dim (mx.quantize would raise)."""
@@ -274,17 +297,20 @@ class CompressionControls(QWidget):
         self.configChanged.emit(self.config())
 
     def _value_bits(self, key_bits: int) -> int | None:
-        """The values' width when split and the keys are packed at another width; None otherwise."""
-        if not self.splitBitsCheck.isChecked() or key_bits == UNQUANTIZED_BITS:
+        """The values' width (16: unquantized) when split at another width than the keys'; None otherwise."""
+        if not self.splitBitsCheck.isChecked():
             return None
-        value_bits = ALLOWED_BITS[self.valueBitsSlider.value()]
+        value_bits = BITS_STEPS[self.valueBitsSlider.value()]
         return None if value_bits == key_bits else value_bits
 
     def _update_labels(self) -> None:
         self.retentionLabel.setText(f"{self.retentionSlider.value()} %")
         bits = BITS_STEPS[self.bitsSlider.value()]
         self.bitsLabel.setText(f"{bits} (off)" if bits == UNQUANTIZED_BITS else f"{bits}-bit")
-        self.valueBitsLabel.setText(f"{ALLOWED_BITS[self.valueBitsSlider.value()]}-bit")
+        value_bits = BITS_STEPS[self.valueBitsSlider.value()]
+        self.valueBitsLabel.setText(
+            f"{value_bits} (off)" if value_bits == UNQUANTIZED_BITS else f"{value_bits}-bit"
+        )
 
     def _update_validity(self) -> None:
         """Grey out what the current choice makes meaningless or invalid, and say why."""
@@ -301,11 +327,9 @@ class CompressionControls(QWidget):
         self._enable(self.kernelSpin, method in _USES["kernel"], f"{method} does no pooling")
         self._enable(self.sinkSpin, method in _USES["n_sink"], f"{method} keeps no sink positions")
 
-        quantized = BITS_STEPS[self.bitsSlider.value()] != UNQUANTIZED_BITS
-        self._enable(self.groupSizeCombo, quantized, "No quantization at 16 bits")
-        self._enable(self.splitBitsCheck, quantized, "No quantization at 16 bits")
+        self._enable(self.groupSizeCombo, self.quantized(), "No quantization at 16 bits")
+        self._enable(self.fpRecentSpin, self.quantized(), "No quantization at 16 bits: everything is float")
         self._form.setRowVisible(self.valueBitsRow, self.splitBitsCheck.isChecked())
-        self._enable(self.valueBitsSlider, quantized, "No quantization at 16 bits")
         self._update_group_sizes()
 
     def _update_group_sizes(self) -> None:

@@ -3,6 +3,8 @@
 Each method's points are joined through its ratios (one line per bit width, dashed when quantized); the Pareto
 frontier over all points (kvcore.frontier) is drawn on top and listed beside the plot. Hovering a point says
 its configuration and metrics; clicking one emits `pointClicked` with its index so the window can apply it.
+The points may also be a prompt-set results file's (kvcore.set_results.ResultPoint): one per configuration at
+its mean, with its interval as an error bar, on % of dense only (the file has no absolute bytes).
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ from app.pinning import config_label
 from app.widgets.plot_export import export_graphics
 from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.frontier import DEFAULT_METRIC, METRICS, metric_value, pareto_front
+from kvcore.set_results import ResultPoint
 from kvcore.sweep import SweepPoint
+
+#: What the plot draws: one prompt's sweep, or a prompt-set results file.
+Point = SweepPoint | ResultPoint
 
 #: A KL of exactly 0 (the dense cache, or a "full" method) drawn at this height on the log axis.
 LOG_FLOOR = 1e-6
@@ -41,10 +47,14 @@ PALETTE = (
     (23, 190, 207),
 )
 FRONTIER_PEN = pg.mkPen((20, 20, 20), width=2, style=Qt.PenStyle.DashLine)
+ERROR_BAR_PEN = pg.mkPen((60, 60, 60), width=1.2)
+_RESULT_NAMES = {"kl_mean": "KL", "agreement": "agreement", "nll_delta": "NLL Δ", "needle_recall": "recall"}
 
 
-def point_text(point: SweepPoint) -> str:
+def point_text(point: Point) -> str:
     """A point's configuration and metrics in one line (hover, frontier list)."""
+    if isinstance(point, ResultPoint):
+        return result_text(point)
     m = point.metrics
     parts = [config_label(point.config.to_dict()), f"{point.percent_of_dense:.1f} % of dense ({_kib(point)})"]
     for key, name in (("kl_mean", "KL"), ("agreement", "agreement"), ("nll_delta", "NLL Δ")):
@@ -55,6 +65,22 @@ def point_text(point: SweepPoint) -> str:
     parts.append(f"first divergence {'none' if first is None else first}")
     if m.get("needle_recall") is not None:
         parts.append(f"needle recall {m['needle_recall']:.2f}")
+    return " · ".join(parts)
+
+
+def result_text(point: ResultPoint) -> str:
+    """A results file's configuration: prompts, memory and each metric's mean [interval]."""
+    mean, low, high = (100 * v for v in point.memory)
+    parts = [
+        config_label(point.config.to_dict()),
+        f"{point.prompts} prompt{'s' if point.prompts != 1 else ''}",
+        f"{mean:.1f} % of dense [{low:.1f}, {high:.1f}]",
+    ]
+    for key, name in _RESULT_NAMES.items():
+        value = point.metrics.get(key)
+        if value is not None:
+            lo, hi = point.intervals[key]
+            parts.append(f"{name} {value:.4g} [{lo:.4g}, {hi:.4g}]")
     return " · ".join(parts)
 
 
@@ -71,7 +97,8 @@ class FrontierPlot(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("frontierPlotWidget")
-        self._points: list[SweepPoint] = []
+        self._points: list[Point] = []
+        self.errorBars: pg.ErrorBarItem | None = None  # a results file's intervals, in view coordinates
         self._front: list[int] = []
         self._hovered: int | None = None
 
@@ -116,10 +143,23 @@ class FrontierPlot(QWidget):
 
     # -- data ---------------------------------------------------------------------------------------
 
-    def set_points(self, points: Sequence[SweepPoint]) -> None:
+    def set_points(self, points: Sequence[Point]) -> None:
         self._points = list(points)
+        results = self.showing_results()
+        self.xCombo.blockSignals(True)
+        if results:
+            self.set_x_mode(X_PERCENT)
+        self.xCombo.setEnabled(not results)
+        self.xCombo.setToolTip(
+            "A results file has % of dense only (its prompts differ in length)" if results else ""
+        )
+        self.xCombo.blockSignals(False)
         self._fill_metrics()
         self._redraw()
+
+    def showing_results(self) -> bool:
+        """True when the points are a prompt-set results file's (no live session behind them)."""
+        return bool(self._points) and isinstance(self._points[0], ResultPoint)
 
     def add_point(self, point: SweepPoint) -> None:
         """Append a streamed point: existing items are updated in place, not rebuilt."""
@@ -129,7 +169,7 @@ class FrontierPlot(QWidget):
     def clear(self) -> None:
         self.set_points([])
 
-    def points(self) -> list[SweepPoint]:
+    def points(self) -> list[Point]:
         return list(self._points)
 
     def frontier(self) -> list[int]:
@@ -162,6 +202,12 @@ class FrontierPlot(QWidget):
         ]
         ys = [metric_value(p.metrics, key) for p in self._points]
         return np.array(xs, dtype=float), np.array(ys, dtype=float)
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) of the metric shown for every point, in data units; NaN where a point has none."""
+        key = self.metric_key()
+        bounds = [getattr(p, "intervals", {}).get(key, (math.nan, math.nan)) for p in self._points]
+        return np.array([b[0] for b in bounds], dtype=float), np.array([b[1] for b in bounds], dtype=float)
 
     def has_data(self) -> bool:
         return bool(self._points)
@@ -213,6 +259,8 @@ class FrontierPlot(QWidget):
 
     def _metric_keys(self) -> list[str]:
         present = {k for p in self._points for k, v in p.metrics.items() if v is not None}
+        if self.showing_results():
+            return [k for k in METRICS if k in present]
         return [k for k in METRICS if k != "needle_recall" or "needle_recall" in present]
 
     def _fill_metrics(self) -> bool:
@@ -243,7 +291,7 @@ class FrontierPlot(QWidget):
         if full:
             self.plot.clear()
             self.legend.clear()
-            self._items: dict[tuple[str, int], pg.PlotDataItem] = {}
+            self._items: dict[tuple[str, tuple[int, int]], pg.PlotDataItem] = {}
             self._frontier_item: pg.PlotDataItem | None = None
             self.plot.setLogMode(x=False, y=metric.log)
             bytes_axis = self.x_mode() == X_BYTES
@@ -255,9 +303,9 @@ class FrontierPlot(QWidget):
             self.plot.setLabel("left", metric.label + (" ↑" if metric.higher_is_better else " ↓"))
         xs, ys = self.xy()
         plotted_y = np.maximum(ys, LOG_FLOOR) if metric.log else ys
-        groups: dict[tuple[str, int], list[int]] = {}
+        groups: dict[tuple[str, tuple[int, int]], list[int]] = {}
         for i, p in enumerate(self._points):
-            groups.setdefault((p.config.method, p.config.bits or UNQUANTIZED_BITS), []).append(i)
+            groups.setdefault((p.config.method, p.config.widths), []).append(i)
         methods = list(dict.fromkeys(p.config.method for p in self._points))
         for (method, bits), idx in groups.items():
             idx.sort(key=lambda i: self._points[i].config.ratio)
@@ -280,17 +328,37 @@ class FrontierPlot(QWidget):
             self.plot.addItem(self._frontier_item)
         if self._frontier_item is not None:
             self._frontier_item.setData(xs[self._front], plotted_y[self._front])
+        if full:
+            self._draw_error_bars(metric.log)
         self._fill_frontier_list()
 
-    def _new_item(self, method: str, bits: int, m_index: int) -> pg.PlotDataItem:
-        """One method's line at one bit width: its colour and marker, dashed when quantized, named once."""
+    def _draw_error_bars(self, log: bool) -> None:
+        """One vertical bar per point that has an interval, from its low to its high (log10 on a log axis:
+        the bar item is drawn in view coordinates, which pyqtgraph's log mode does not transform)."""
+        self.errorBars = None
+        _, ys = self.xy()
+        low, high = self.intervals()
+        keep = ~(np.isnan(ys) | np.isnan(low) | np.isnan(high))
+        if not keep.any():
+            return
+        xs, _ = self._display_xy()
+        y, lo, hi = ys[keep], low[keep], high[keep]
+        if log:
+            y, lo, hi = (np.log10(np.maximum(v, LOG_FLOOR)) for v in (y, lo, hi))
+        x = xs[keep]
+        beam = 0.02 * max(float(x.max() - x.min()), 5.0)  # a short cap however narrow the x range
+        self.errorBars = pg.ErrorBarItem(x=x, y=y, top=hi - y, bottom=y - lo, beam=beam, pen=ERROR_BAR_PEN)
+        self.plot.addItem(self.errorBars)
+
+    def _new_item(self, method: str, bits: tuple[int, int], m_index: int) -> pg.PlotDataItem:
+        """One method's line at one (key, value) width: its colour and marker, dashed when quantized, named once."""
         colour = PALETTE[m_index % len(PALETTE)]
         named = not any(m == method for m, _ in self._items)
         return pg.PlotDataItem(
             pen=pg.mkPen(
                 colour,
                 width=1.5,
-                style=Qt.PenStyle.SolidLine if bits == UNQUANTIZED_BITS else Qt.PenStyle.DashLine,
+                style=Qt.PenStyle.SolidLine if bits == (UNQUANTIZED_BITS,) * 2 else Qt.PenStyle.DashLine,
             ),
             symbol=SYMBOLS[m_index % len(SYMBOLS)],
             symbolBrush=pg.mkBrush(*colour),
@@ -304,7 +372,13 @@ class FrontierPlot(QWidget):
         for i in self._front:
             self.frontierList.addItem(point_text(self._points[i]))
             self.frontierList.item(self.frontierList.count() - 1).setData(Qt.ItemDataRole.UserRole, i)
-        self.frontierLabel.setText(f"Pareto frontier: {len(self._front)} of {len(self._points)} points")
+        if self.showing_results():
+            self.frontierLabel.setText(
+                f"Pareto frontier over the means: {len(self._front)} of {len(self._points)} configurations "
+                "(bars: each one's bootstrap interval)"
+            )
+        else:
+            self.frontierLabel.setText(f"Pareto frontier: {len(self._front)} of {len(self._points)} points")
 
     def frontier_texts(self) -> list[str]:
         return [self.frontierList.item(i).text() for i in range(self.frontierList.count())]

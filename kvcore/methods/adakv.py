@@ -23,6 +23,7 @@ class AdaKV(Method):
         self.needs_h2o = inner.needs_h2o
         self.budget = inner.budget
         self.max_n_sink = inner.max_n_sink
+        self.needs_query_stats = inner.needs_query_stats
 
     def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
         return self.inner.scores(obs, layer, params)

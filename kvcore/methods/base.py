@@ -50,6 +50,7 @@ class Method:
     keeps_everything: ClassVar[bool] = False  # full: the ratio does not apply
     needs_h2o: ClassVar[bool] = False
     max_n_sink: ClassVar[int | None] = None  # the largest n_sink the captured statistics allow (None: any)
+    needs_query_stats: ClassVar[bool] = False  # pre-RoPE query statistics (kvcore.query_stats): not on MLA
 
     def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
         """Scores [H_kv, T], float32, higher = more worth keeping."""

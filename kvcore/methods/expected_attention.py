@@ -21,6 +21,10 @@ from kvcore.methods.base import Method, MethodParams
 
 def expected_attention_scores(obs: LayerObservation, params: MethodParams) -> mx.array:
     """Scores [H_kv, T] float32 (module docstring)."""
+    if obs.latent:
+        raise ValueError(
+            "expected_attention does not score multi-head latent attention (MLA) layers: choose another method"
+        )
     stats = obs.query_stats
     rot = None if stats is None else stats.mean_rotation()
     if stats is None or rot is None or obs.values is None:
@@ -56,6 +60,7 @@ def expected_attention_scores(obs: LayerObservation, params: MethodParams) -> mx
 class ExpectedAttention(Method):
     name = "expected_attention"
     max_n_sink = QUERY_STATS_HEAD
+    needs_query_stats = True
 
     def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
         return expected_attention_scores(obs, params)

@@ -96,6 +96,8 @@ def run(session: Any, specs: list[dict[str, Any]], configs: list[Any]) -> list[d
 def print_summary(rows: list[dict[str, Any]]) -> None:
     from kvcore.probes.run import recall_table
 
-    for (method, schedule, ratio, bits), recall in recall_table(rows).items():
+    for (method, schedule, ratio, key_bits, value_bits, fp_recent), recall in recall_table(rows).items():
+        bits = key_bits if key_bits == value_bits else f"K{key_bits}/V{value_bits}"
+        bits = f"{bits} fp{fp_recent}" if fp_recent else bits
         label = method if not schedule else f"{method} r={ratio:g} bits={bits} ({schedule})"
         print(f"{label:>44}: recall {recall:.2f}")

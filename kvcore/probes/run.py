@@ -18,8 +18,9 @@ PROBE_COLUMNS: tuple[str, ...] = (
     "method",
     "schedule",
     "retention_ratio",
-    "bits",
+    "key_bits",
     "value_bits",
+    "fp_recent",
     "group_size",
     "per_head",
     "recalled",
@@ -73,8 +74,9 @@ def dense_row(session: Any, probe: Probe) -> dict[str, Any]:
         method=DENSE,
         schedule="",
         retention_ratio=1.0,
-        bits=16,
-        value_bits=16,
+        key_bits=UNQUANTIZED_BITS,
+        value_bits=UNQUANTIZED_BITS,
+        fp_recent=0,
         group_size="",
         per_head="",
         compression_ratio=1.0,
@@ -97,8 +99,9 @@ def config_rows(
                 method=cfg.method,
                 schedule=cfg.schedule,
                 retention_ratio=cfg.ratio,
-                bits=cfg.bits or UNQUANTIZED_BITS,
-                value_bits=cfg.packed_value_bits or UNQUANTIZED_BITS,
+                key_bits=cfg.widths[0],
+                value_bits=cfg.widths[1],
+                fp_recent=cfg.fp_recent,
                 group_size=cfg.group_size,
                 per_head=cfg.per_head,
                 compression_ratio=state.bytes_compressed / state.bytes_dense if state.bytes_dense else 1.0,
@@ -108,9 +111,16 @@ def config_rows(
 
 
 def recall_table(rows: Sequence[dict[str, Any]]) -> dict[tuple, float]:
-    """Recall per (method, schedule, retention_ratio, bits): the share of probes recalled."""
+    """Recall per (method, schedule, retention_ratio, key_bits, value_bits, fp_recent): the share of probes recalled."""
     groups: dict[tuple, list[bool]] = {}
     for r in rows:
-        key = (r["method"], r["schedule"], r["retention_ratio"], r["bits"])
+        key = (
+            r["method"],
+            r["schedule"],
+            r["retention_ratio"],
+            r["key_bits"],
+            r["value_bits"],
+            r["fp_recent"],
+        )
         groups.setdefault(key, []).append(bool(r["recalled"]))
     return {k: sum(v) / len(v) for k, v in groups.items()}

@@ -13,14 +13,15 @@ import random
 from collections.abc import Callable, Sequence
 
 from kvcore.probes.families import FAMILIES, TRAIN_FAMILIES
+from kvcore.probes.forms import COMPARATORS, LEADS, generic_needle
 from kvcore.probes.names import PREFIXES, SUFFIXES, WORDS, make_name, make_value
 
 #: Share of each document kind among the synthetic documents; why these shares: TRAINING.md.
 KINDS: dict[str, float] = {
-    "needles": 0.45,
-    "table": 0.16,
-    "repeat": 0.14,
-    "tracking": 0.10,
+    "needles": 0.50,
+    "table": 0.15,
+    "repeat": 0.12,
+    "tracking": 0.08,
     "identifiers": 0.15,
 }
 
@@ -38,39 +39,6 @@ def _lead(template: str) -> str:
     return " " if " {value}" in template else ""
 
 
-#: Pieces of randomly assembled binding and asking forms: retrieval learnt across syntaxes, not per template.
-_BIND_LEFT = ("", "", "self.", "config.", "cfg.", "let ", "var ", "set ", "#define ", "- ", "    ", "opts.")
-_BIND_SEP = (" = ", "=", ": ", " := ", " => ", " -> ", " is ", ", ", " ")
-_QUOTES = ('"', "'", "", "", "`")
-_ASK_LEFT = (
-    "assert {n} ==",
-    "print({n})  #",
-    "# {n}:",
-    "expect({n}).toBe(",
-    "return {n} ==",
-    "check({n},",
-    "{n} ->",
-)
-
-
-def _generic_needle(rng: random.Random) -> tuple[str, str, str]:
-    """(binding, ask, answer text) in a random form; the ask never ends in a space (BPE puts it on the value)."""
-    name = make_name(rng, rng.choice(("snake", "upper", "camel", "kebab")))
-    value = make_value(rng, rng.choice(("alnum", "digits", "word")))
-    q = rng.choice(_QUOTES)
-    sep = rng.choice(_BIND_SEP)
-    binding = f"{rng.choice(_BIND_LEFT)}{name}{sep}{q}{value}{q}"
-    if rng.random() < 0.5:
-        restated = f"{rng.choice(_BIND_LEFT)}{name}{sep}"
-        ask, lead = (restated + q, "") if q else (restated.rstrip(" "), " " if sep.endswith(" ") else "")
-    else:
-        form = rng.choice(_ASK_LEFT).format(n=name)
-        opens = form.endswith("(")
-        ask = form + ("" if opens or not q else " ") + q
-        lead = "" if q or opens else " "
-    return binding + "\n", "\n" + ask, f"{lead}{value}{q}"
-
-
 def _spread(rng: random.Random, n: int, lo: float, hi: float) -> list[float]:
     return sorted(rng.uniform(lo, hi) for _ in range(n))
 
@@ -78,16 +46,16 @@ def _spread(rng: random.Random, n: int, lo: float, hi: float) -> list[float]:
 def _needles(rng: random.Random) -> list[tuple[float, str]]:
     """1–8 bindings at any depth, some asked for later (each ask after its binding), distractors left unasked.
 
-    Half use the training families, half a randomly assembled form."""
+    30 % use the training families, the rest a randomly assembled form (`kvcore.probes.forms`)."""
     events = []
     for _ in range(rng.randint(1, 8)):
-        if rng.random() < 0.5:
+        if rng.random() < 0.3:
             fam = FAMILIES[rng.choice(TRAIN_FAMILIES)]
             name, value = make_name(rng, fam.style), make_value(rng, fam.values)
             binding, ask = fam.binding(name, value) + "\n", fam.question(name)
             answer = _lead(fam.bind) + value + _closing(fam.bind)
         else:
-            binding, ask, answer = _generic_needle(rng)
+            binding, ask, answer = generic_needle(rng)
         at = rng.uniform(0.0, 0.8)
         events.append((at, binding))
         for _ in range(rng.choice((0, 1, 1, 1, 2))):
@@ -114,7 +82,10 @@ def _table(rng: random.Random) -> list[tuple[float, str]]:
         '\nexpected["{key}"] = {q}',
     )
     for i in rng.sample(range(len(keys)), min(len(keys), rng.randint(1, 4))):
-        ask = rng.choice(forms).format(var=var, key=keys[i], q=quote)
+        if rng.random() < 0.5:
+            ask = rng.choice(forms).format(var=var, key=keys[i], q=quote)
+        else:
+            ask = f'\n{rng.choice(LEADS)}{var}["{keys[i]}"] {rng.choice(COMPARATORS)} {quote}'
         events.append((rng.uniform(at + 0.05, 0.97), f"{ask}{values[i]}{quote}\n"))
     return events
 

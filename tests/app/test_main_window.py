@@ -295,7 +295,7 @@ def test_separate_kv_toggle_drives_the_engine_at_split_widths(ctx):
     _shown_after(window, lambda: controls.splitBitsCheck.setChecked(True))
     assert controls.config()["bits"] == 8 and controls.config()["value_bits"] == 4
     _assert_window_matches(window, ref, controls.config())
-    assert {(r["bits"], r["value_bits"]) for r in window.statsTable.rows()} == {(8, 4)}
+    assert {(r["key_bits"], r["value_bits"]) for r in window.statsTable.rows()} == {(8, 4)}
     assert window.metricsPanel.value_text("bytes_compressed") != bytes_8_8
     assert window.save_settings() is None
     saved, _ = Settings.load(window.settings.path)

@@ -91,7 +91,7 @@ def test_diff_view_jaccard_and_csv_equal_set_arithmetic_on_the_two_kept_masks(ct
     assert list(parsed[0]) == list(window.statsTable.columns()) and "jaccard_vs_pinned" in parsed[0]
     for got, row in zip(parsed, rows, strict=True):
         assert float(got["jaccard_vs_pinned"]) == pytest.approx(row["jaccard_vs_pinned"], rel=1e-12)
-        assert got["pinned_method"] == "snapkv" and got["pinned_bits"] == "16"
+        assert got["pinned_method"] == "snapkv" and got["pinned_key_bits"] == "16"
 
     shown_after(window, lambda: window.controls.retentionSlider.setValue(70))  # the pin survives
     moved = _kept(ref, window, {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMessageBox
@@ -22,18 +23,25 @@ def _dialog(window: MainWindow) -> QMessageBox:
     return window.findChild(QMessageBox, "errorBox")
 
 
-def test_quantized_kv_on_attention_sinks_is_a_dialog_before_prefill(qapp, tmp_path):
-    folder = build_model(tmp_path / "gpt_oss", "gpt_oss")
+@pytest.mark.parametrize(
+    "arch, why", [("gpt_oss", "attention sinks"), ("deepseek_v3", "multi-head latent attention")]
+)
+def test_quantized_kv_the_model_cannot_run_is_a_dialog_before_prefill(qapp, tmp_path, arch, why):
+    folder = build_model(tmp_path / arch, arch)
     window = MainWindow(model=str(folder), settings_path=tmp_path / "s.json", continuation_tokens=2)
     window.show()
     try:
         wait_until(lambda: window.model_info is not None)
-        assert window.model_info.attention_sinks
+        if arch == "deepseek_v3":  # the load line says what the cache holds
+            assert (
+                "4 query heads sharing one latent kv-head of 32 + 16 RoPE"
+                in window.statusBar().currentMessage()
+            )
         window.controls.bitsSlider.setValue(BITS_STEPS.index(4))
         window.sessionPanel.promptEdit.setPlainText(PROMPT)
         QTest.mouseClick(window.sessionPanel.prefillButton, Qt.MouseButton.LeftButton)
         text = _dialog(window).text()
-        assert "attention sinks" in text and "choose 16 bits" in text and "\n" not in text
+        assert why in text and "choose 16 bits" in text and "\n" not in text
         assert window.engine.latest_id("prefill") is None and not window.displayed_ids
     finally:
         window.close()

@@ -52,6 +52,24 @@ def greedy(model, cache: list, first: int, n: int) -> list[int]:
     return tokens
 
 
+def _dequantized(x: mx.array, group: int, bits: int, exact: mx.array | None) -> mx.array:
+    """x packed and unpacked at `bits`, except the rows `exact` marks (kept as they are)."""
+    deq = mx.dequantize(*mx.quantize(x, group_size=group, bits=bits), group_size=group, bits=bits)
+    return deq if exact is None else mx.where(exact, x, deq)
+
+
+@contextmanager
+def _attention_replaced(model, sdpa) -> Iterator:
+    """The model's attention function is `sdpa` inside the block."""
+    module = sys.modules[type(model.layers[0].self_attn).__module__]
+    previous = module.scaled_dot_product_attention
+    module.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        module.scaled_dot_product_attention = previous
+
+
 @contextmanager
 def reference_attention(
     model,
@@ -60,6 +78,7 @@ def reference_attention(
     T: int,
     quant: tuple[int, ...] | None = None,
     windows: Sequence[int | None] | None = None,
+    float_positions: Sequence[int] | None = None,
 ) -> Iterator:
     """Route the model's attention through float64 NumPy softmax over only the kept positions.
 
@@ -67,19 +86,22 @@ def reference_attention(
     or a list of per-kv-head arrays of kept prompt positions; positions >= T (appended tokens) are always kept,
     causally. With `quant=(bits, group)` or
     `(key_bits, group, value_bits)`, K and V are quantized and dequantized first, as a quantized cache holds
-    them. `windows[l]` (a sliding-window layer) limits each query to the last `windows[l]` positions, itself
+    them (a width of 16 leaves that side as it is); `float_positions` (a float residual) are prompt positions
+    left unquantized, and then appended tokens are too. `windows[l]` (a sliding-window layer) limits each query to the last `windows[l]` positions, itself
     included, as mlx-lm's window mask does; learned sinks (gpt_oss) add their logit to each softmax.
     """
     layer_of = {id(c): i for i, c in enumerate(cache)}
-    module = sys.modules[type(model.layers[0].self_attn).__module__]
-    previous = module.scaled_dot_product_attention
 
     def sdpa(queries, keys, values, cache, scale, mask, sinks=None):
         layer = layer_of[id(cache)]
         if quant is not None:
             bits, group, *value_bits = quant
+            exact = None
+            if float_positions is not None:
+                rows = np.arange(keys.shape[2])
+                exact = mx.array((np.isin(rows, float_positions) | (rows >= T))[:, None])
             keys, values = (
-                mx.dequantize(*mx.quantize(x, group_size=group, bits=b), group_size=group, bits=b)
+                x if b == 16 else _dequantized(x, group, b, exact)
                 for x, b in ((keys, bits), (values, value_bits[0] if value_bits else bits))
             )
         q, k, v = (np.array(x, dtype=np.float64) for x in (queries, keys, values))
@@ -102,8 +124,35 @@ def reference_attention(
                 out[0, hq, i] = (w / total_w) @ v[0, h, visible]
         return mx.array(out.astype(np.float32))
 
-    module.scaled_dot_product_attention = sdpa
-    try:
+    with _attention_replaced(model, sdpa):
         yield
-    finally:
-        module.scaled_dot_product_attention = previous
+
+
+@contextmanager
+def reference_mla_attention(model, cache: list, kept: list, T: int) -> Iterator:
+    """Route a latent (MLA) model's attention through float64 softmax(q·k·scale + mask) over kept positions only.
+
+    mlx-lm passes MLA's RoPE scores as the additive mask (non-causal entries at the dtype's minimum), so these
+    are exactly the logits attention sees; one token passes the absorbed query against the latent itself,
+    several tokens per-head keys and values made from it. `cache` is the dense cache the reference run uses;
+    `kept[l]` is None (all positions) or [positions] for the layer's one latent head; positions >= T are kept.
+    """
+    layer_of = {id(c): i for i, c in enumerate(cache)}
+
+    def sdpa(queries, keys, values, cache, scale, mask, sinks=None):
+        layer = layer_of[id(cache)]
+        q, k, v, m = (np.array(x.astype(mx.float32), dtype=np.float64) for x in (queries, keys, values, mask))
+        k, v = (np.broadcast_to(x, (x.shape[0], q.shape[1], *x.shape[2:])) for x in (k, v))
+        s = np.einsum("bhld,bhsd->bhls", q, k) * scale + m
+        n_q, total = q.shape[2], k.shape[2]
+        prompt = np.arange(T) if kept[layer] is None else np.asarray(kept[layer][0])
+        out = np.zeros(q.shape[:3] + (v.shape[3],))
+        for i in range(n_q):
+            visible = np.concatenate([prompt, np.arange(T, total - n_q + i + 1)])
+            w = np.exp(s[:, :, i, visible] - s[:, :, i, visible].max(-1, keepdims=True))
+            w /= w.sum(-1, keepdims=True)
+            out[:, :, i] = np.einsum("bhs,bhsd->bhd", w, v[:, :, visible])
+        return mx.array(out.astype(np.float32))
+
+    with _attention_replaced(model, sdpa):
+        yield

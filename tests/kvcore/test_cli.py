@@ -30,7 +30,7 @@ def test_compress_writes_csv_positions_and_json(model_dirs, prompt_file, tmp_pat
     argv += ["--csv", str(csv_path), "--positions", str(pos_path), "--json", "--schedule", "mlx-lm"]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["method"] == "h2o" and summary["bits"] == 4
+    assert summary["method"] == "h2o" and summary["key_bits"] == 4
     assert 0 < summary["compression_ratio"] < 0.25
     with open(csv_path, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -58,9 +58,9 @@ def test_sweep_one_prefill_every_combination(model_dirs, prompt_file, tmp_path, 
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == list(STATS_COLUMNS) + list(SUMMARY_COLUMNS)
-    combos = {(r["method"], r["retention_ratio"], r["bits"]) for r in rows}
+    combos = {(r["method"], r["retention_ratio"], r["key_bits"]) for r in rows}
     assert len(combos) == 8 and len(rows) == 8 * 3 * 2
-    ratio = {(r["method"], r["retention_ratio"], r["bits"]): float(r["compression_ratio"]) for r in rows}
+    ratio = {(r["method"], r["retention_ratio"], r["key_bits"]): float(r["compression_ratio"]) for r in rows}
     for method, retention, bits in combos:
         if bits == "4":  # packing at 4 bits stores fewer bytes than the same selection unquantized
             assert ratio[method, retention, "4"] < ratio[method, retention, "16"]
@@ -87,7 +87,7 @@ def test_bad_sweep_options_exit_2_before_any_work(tmp_path, prompt_file, capsys,
         (["--method", "nope"], "unknown method"),
         (["--ratio", "0"], "ratio must be in"),
         (["--ratio", "1.5"], "ratio must be in"),
-        (["--bits", "7"], "--bits 7"),
+        (["--bits", "7"], "--bits/--key-bits 7"),
         (["--bits", "4", "--group-size", "48"], "group size must be one of"),
         (["--bits", "4", "--group-size", "64"], "does not divide head_dim 32"),
         (["--tokens", "5000"], "context is 4096"),

@@ -34,10 +34,10 @@ def test_compress_key8_value4_is_smaller_than_8_8(model_dirs, prompt_file, tmp_p
         summary = json.loads(capsys.readouterr().out)
         with open(csv_path, newline="") as f:
             rows = list(csv.DictReader(f))
-        assert {(r["bits"], r["value_bits"]) for r in rows} == {
-            (str(summary["bits"]), str(summary["value_bits"]))
+        assert {(r["key_bits"], r["value_bits"]) for r in rows} == {
+            (str(summary["key_bits"]), str(summary["value_bits"]))
         }
-        totals[(summary["bits"], summary["value_bits"])] = summary["bytes_compressed_total"]
+        totals[(summary["key_bits"], summary["value_bits"])] = summary["bytes_compressed_total"]
     assert totals[(4, 4)] < totals[(8, 4)] < totals[(8, 8)]
 
 
@@ -46,14 +46,14 @@ def test_sweep_crosses_key_and_value_widths(model_dirs, prompt_file, tmp_path, c
     argv = ["sweep", *_args(model_dirs, prompt_file), "--methods", "snapkv", "--ratios", "0.5"]
     assert main([*argv, "--bits", "8", "--value-bits", "4,8", "--csv", str(out)]) == 0
     with open(out, newline="") as f:
-        pairs = {(r["bits"], r["value_bits"]) for r in csv.DictReader(f)}
+        pairs = {(r["key_bits"], r["value_bits"]) for r in csv.DictReader(f)}
     assert pairs == {("8", "4"), ("8", "8")}
 
 
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--value-bits", "4"], "needs quantized keys"),
+        (["--key-bits", "7", "--value-bits", "4"], "--bits/--key-bits 7"),
         (["--key-bits", "8", "--value-bits", "7"], "--value-bits 7"),
     ],
 )

@@ -39,7 +39,7 @@ def test_numbers_stay_numeric_and_missing_is_empty():
     text = csv_text([{"method": "h2o", "key_rmse": -0.125}], STATS_COLUMNS)
     row = next(csv.DictReader(text.splitlines()))
     assert row["key_rmse"] == "-0.125"
-    assert row["bits"] == ""
+    assert row["key_bits"] == ""
 
 
 def test_failed_write_leaves_old_file_and_no_temp(tmp_path):
@@ -90,5 +90,5 @@ def test_pinned_columns_name_the_whole_setting_and_come_last():
     assert stats_columns(pinned=False) == STATS_COLUMNS
     pinned = stats_columns(pinned=True)
     assert pinned[: len(STATS_COLUMNS)] == STATS_COLUMNS and pinned[-1] == "jaccard_vs_pinned"
-    setting = {"method", "schedule", "retention_ratio", "bits", "value_bits", "group_size"}
+    setting = {"method", "schedule", "retention_ratio", "key_bits", "value_bits", "fp_recent", "group_size"}
     assert {c.removeprefix("pinned_") for c in pinned[len(STATS_COLUMNS) : -1]} == setting

@@ -1,9 +1,10 @@
 """Attention families in bf16 and 4-bit weights, through Session as a user runs them.
 
-For llama, qwen3, gemma3_text (sliding-window layers) and gpt_oss (sinks and sliding-window layers), each built
-in bf16 and quantized to 4 bits by mlx_lm.convert: `full` at ratio 1 reproduces mlx-lm's own greedy generation;
-a compressed cache's teacher-forced logits equal a float64 attention over the kept positions only; the bytes
-reported are those of the stored arrays in steady state.
+For llama, qwen3, gemma3_text (sliding-window layers), gpt_oss (sinks and sliding-window layers) and deepseek_v3
+(multi-head latent attention, kv_lora_rank != qk_nope_head_dim: one latent head shared by every query head), each
+built in bf16 and quantized to 4 bits by mlx_lm.convert: `full` at ratio 1 reproduces mlx-lm's own greedy
+generation; a compressed cache's teacher-forced logits equal a float64 attention over the kept positions only
+(MLA's over the kept latent rows); the bytes reported are those of the stored arrays in steady state.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from mlx_lm.models.cache import KVCache
 
 from kvcore import caches, loading
 from kvcore.session import CompressionConfig, Session
-from tests.kvcore.conftest import reference_attention
+from tests.kvcore.conftest import reference_attention, reference_mla_attention
 from tests.model_factory import ARCHS, build_model
 from tests.reference_logits import compressed_logits, dense_logits
 
 PROMPT = "def main(argv): return sum(x * x for x in argv) The quick brown fox jumps over the lazy dog."
 N_TOKENS = 5
-FAMILIES = [(arch, w) for arch in ("llama", "qwen3", "gemma3_text", "gpt_oss") for w in ("bf16", "q4")]
+FAMILIES = [
+    (arch, w) for arch in ("llama", "qwen3", "gemma3_text", "gpt_oss", "deepseek_v3") for w in ("bf16", "q4")
+]
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +99,12 @@ def test_compressed_logits_equal_float64_attention_over_kept_positions(sessions,
     def reference(kept_positions):
         cache = [KVCache() for _ in model.layers]  # every position, so the reference applies windows itself
         mx.eval(model(mx.array([ids[:T]]), cache=cache))
-        with reference_attention(model, cache, kept_positions, T, windows=windows):
+        if arch == "deepseek_v3":
+            assert state.kept.shape[1] == 1  # the latent head: one selection shared by every query head
+            attend = reference_mla_attention(model, cache, kept_positions, T)
+        else:
+            attend = reference_attention(model, cache, kept_positions, T, windows=windows)
+        with attend:
             return np.array(model(mx.array([feed]), cache=cache)[0].astype(mx.float32))
 
     skip = session.first_compressed_step(schedule)
@@ -126,7 +134,8 @@ def test_bytes_equal_the_stored_arrays_in_steady_state(sessions, arch, weights, 
     state = session.compress(CompressionConfig("snapkv", ratio, schedule="paper"))
     stepped = caches.copy_cache(state.cache)
     mx.eval(session.model(mx.array([[session.dense_tokens[0]]]), cache=stepped))
-    row = 2 * info.n_kv_heads * info.head_dim * 4  # one position's K and V over all kv-heads
+    value_dim = info.latent_rope_dim or info.head_dim  # MLA: the cache's values are the RoPE key rows
+    row = info.n_kv_heads * (info.head_dim + value_dim) * 4  # one position's K and V over all kv-heads
     window = ARCHS[arch].get("sliding_window")
     for i, layer in enumerate(stepped):
         assert layer.keys.dtype == mx.float32

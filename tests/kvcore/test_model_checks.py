@@ -119,10 +119,25 @@ def test_quantized_weights_without_quantization_config(model_dirs, tmp_path, cap
     assert "weights are quantized" in err and "has no 'quantization' entry" in err and ".scales" in err
 
 
+@pytest.fixture(scope="module")
+def mla_dir(tmp_path_factory):
+    return build_model(tmp_path_factory.mktemp("mla") / "v3", "deepseek_v3")
+
+
 @pytest.mark.parametrize("model_type", ["deepseek_v3", "kimi_k2"])
-def test_latent_attention_is_refused_before_the_weights_load(tmp_path, capsys, prefills, model_type):
-    folder = _edited_copy(
-        build_model(tmp_path / "v3", "deepseek_v3"), tmp_path / "mla", model_type=model_type
-    )
+def test_quantized_kv_on_latent_attention_is_refused_before_prefill(
+    mla_dir, tmp_path, capsys, prefills, model_type
+):
+    folder = _edited_copy(mla_dir, tmp_path / "mla", model_type=model_type)
+    err = _refused(folder, tmp_path, capsys, prefills, "--bits", "4", "--group-size", "32")
+    assert f"{model_type} uses multi-head latent attention" in err and "choose 16 bits" in err
+
+
+@pytest.mark.parametrize("model_type, module", [("glm4_moe_lite", "glm4_moe_lite"), ("kimi_k25", "kimi_k25")])
+def test_latent_attention_kv_lens_cannot_observe_is_refused_before_the_weights_load(
+    mla_dir, tmp_path, capsys, prefills, model_type, module
+):
+    folder = _edited_copy(mla_dir, tmp_path / "mla", model_type=model_type)
     err = _refused(folder, tmp_path, capsys, prefills)
-    assert f"{model_type} uses multi-head latent attention (MLA)" in err and "choose a model" in err
+    assert f"{model_type} uses multi-head latent attention (MLA)" in err and f"mlx-lm's {module}.py" in err
+    assert "choose deepseek_v3 / kimi_k2 or a model with standard attention" in err

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvcore.cli import main
-from kvcore.export import PROMPT_SWEEP_COLUMNS, SET_SUMMARY_COLUMNS
+from kvcore.export import ADDED_COLUMNS, PROMPT_SWEEP_COLUMNS, RENAMED_COLUMNS, SET_SUMMARY_COLUMNS
 from kvcore.set_cli import summary_paths
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,6 +88,23 @@ def test_resume_after_an_interrupted_run_writes_the_same_files(full_run, model_d
         assert a.read_bytes() == b.read_bytes()
     progress = capsys.readouterr().err
     assert "] 12/24 " in progress and "] 4/24 " not in progress  # 10 pairs kept, 14 run
+
+
+def test_resume_reads_a_file_written_with_the_old_bits_column(full_run, model_dirs, tmp_path):
+    """An earlier release wrote `bits` for the keys' width (and no newer columns): its rows are kept."""
+    prompts, full = full_run
+    rows = _rows(full)
+    old_columns = [RENAMED_COLUMNS.get(c, c) for c in PROMPT_SWEEP_COLUMNS if c not in ADDED_COLUMNS]
+    assert "bits" in old_columns and "key_bits" not in old_columns
+    out = tmp_path / "old.csv"
+    with open(out, "w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(old_columns)
+        for r in rows[:-N_ROWS_PER_PAIR]:  # every pair but the last one
+            new = {RENAMED_COLUMNS.get(c, c): v for c, v in r.items()}
+            writer.writerow([new[c] for c in old_columns])
+    assert _sweep(model_dirs["llama"], prompts, out, "--resume") == 0
+    assert out.read_text() == full.read_text()
 
 
 def test_resume_refuses_another_runs_file(full_run, model_dirs, tmp_path, capsys):

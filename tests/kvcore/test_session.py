@@ -59,7 +59,7 @@ def test_quantized_stats_report_error(session):
     state = session.compress(CompressionConfig("h2o", 0.5, bits=4, group_size=32))
     rows = state.stats_rows
     assert len(rows) == session.info.n_layers * session.info.n_kv_heads
-    assert all(r["key_rmse"] > 0 and r["value_rmse"] > 0 and r["bits"] == 4 for r in rows)
+    assert all(r["key_rmse"] > 0 and r["value_rmse"] > 0 and r["key_bits"] == 4 for r in rows)
     kept_err = state.quant_error[state.kept]
     assert np.isfinite(kept_err).all() and (kept_err > 0).all()
     assert np.isnan(state.quant_error[~state.kept]).all()

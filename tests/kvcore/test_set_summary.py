@@ -28,7 +28,7 @@ def test_bootstrap_edge_cases():
 
 def test_summary_takes_one_value_per_prompt_and_keeps_configuration_order():
     def row(prompt, method, kl, recalled=""):
-        cells = dict(method=method, schedule="paper", retention_ratio="0.5", bits="16", group_size="")
+        cells = dict(method=method, schedule="paper", retention_ratio="0.5", key_bits="16", group_size="")
         return {
             **cells,
             "prompt": prompt,

@@ -57,6 +57,7 @@ def test_set_config_round_trip_emits_once(controls, qtbot):
         "ratio": 0.5,
         "bits": 4,
         "value_bits": 2,
+        "fp_recent": 32,
         "group_size": 32,
         "per_head": False,
         "window": 32,
@@ -135,19 +136,25 @@ def test_irrelevant_controls_disabled_with_reason(controls):
 
 
 def test_separate_kv_reveals_a_value_slider_and_emits_value_bits(controls, qtbot):
-    from kvcore.defaults import ALLOWED_BITS, DEFAULT_SPLIT_VALUE_BITS
+    from app.widgets.controls import BITS_STEPS
+    from kvcore.defaults import DEFAULT_SPLIT_VALUE_BITS
 
-    assert (
-        controls.valueBitsRow.isHidden() and not controls.splitBitsCheck.isEnabled()
-    )  # 16 bits: nothing to split
+    assert controls.valueBitsRow.isHidden() and not controls.groupSizeCombo.isEnabled()  # 16 bits
     controls.set_config({"bits": 8})
     assert controls.splitBitsCheck.isEnabled()
     with qtbot.waitSignal(controls.configChanged) as blocker:
         controls.splitBitsCheck.setChecked(True)
     assert not controls.valueBitsRow.isHidden()
     assert blocker.args[0]["bits"] == 8 and blocker.args[0]["value_bits"] == DEFAULT_SPLIT_VALUE_BITS
-    controls.valueBitsSlider.setValue(ALLOWED_BITS.index(8))  # the keys' width: no split
+    controls.valueBitsSlider.setValue(BITS_STEPS.index(8))  # the keys' width: no split
     assert controls.config()["value_bits"] is None
+    controls.valueBitsSlider.setValue(BITS_STEPS.index(16))  # 8-bit keys with float values
+    assert controls.config()["value_bits"] == 16 and controls.valueBitsLabel.text() == "16 (off)"
+    controls.set_config(
+        {"bits": None, "value_bits": 4}
+    )  # float keys, packed values: quantized, group applies
+    assert controls.config()["bits"] is None and controls.config()["value_bits"] == 4
+    assert controls.groupSizeCombo.isEnabled() and controls.quantized()
     controls.set_config({"bits": 6, "value_bits": 2})
     assert controls.config()["value_bits"] == 2 and controls.valueBitsLabel.text() == "2-bit"
     controls.set_config({"value_bits": None})
@@ -178,3 +185,16 @@ def test_every_listed_method_is_an_engine_method(controls):
     controls.methodCombo.setCurrentText("adakv-expected_attention")
     assert controls.sinkSpin.isEnabled() and not controls.windowSpin.isEnabled()
     assert controls.perHeadCheck.isChecked() and not controls.perHeadCheck.isEnabled()
+
+
+def test_fp_recent_spin_sits_with_the_bits_and_applies_only_when_packing(controls, qtbot):
+    spin = controls.fpRecentSpin
+    controls.set_config({"bits": None, "value_bits": None, "fp_recent": 64})
+    assert not spin.isEnabled() and "everything is float" in spin.toolTip()
+    assert controls.config()["fp_recent"] == 0  # nothing packed: no residual
+    with qtbot.waitSignal(controls.configChanged) as blocker:
+        controls.set_config({"bits": 4})
+    assert spin.isEnabled() and "last R prompt positions" in spin.toolTip()
+    assert blocker.args[0]["fp_recent"] == 64 and blocker.args[0]["bits"] == 4
+    spin.setValue(0)
+    assert controls.config()["fp_recent"] == 0 and spin.text() == "off"

@@ -44,7 +44,15 @@ def test_one_prefill_serves_every_configuration(demo):
 
 def test_recall_table_is_the_share_recalled():
     rows = [
-        {"method": "snapkv", "schedule": "paper", "retention_ratio": 0.25, "bits": 16, "recalled": r}
+        {
+            "method": "snapkv",
+            "schedule": "paper",
+            "retention_ratio": 0.25,
+            "key_bits": 8,
+            "value_bits": 4,
+            "fp_recent": 64,
+            "recalled": r,
+        }
         for r in (True, False, True, True)
     ]
-    assert recall_table(rows) == {("snapkv", "paper", 0.25, 16): 0.75}
+    assert recall_table(rows) == {("snapkv", "paper", 0.25, 8, 4, 64): 0.75}

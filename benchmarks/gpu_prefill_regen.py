@@ -1,0 +1,178 @@
+"""gpu_bench sections d and e: prefill with capture against mlx-lm's plain prefill, regenerate against generate_step.
+
+d. The same T random tokens prefilled (fresh cache each time) by mlx-lm's own loop (`generate_step`'s: chunks of
+   2048, `mx.eval` of the cache state and `mx.clear_cache` per chunk, then the last token alone) and by
+   `prefill_with_capture` exactly as `Session.prefill` calls it (capture window 256, `hold_last`, h2o "auto",
+   which is eager on a GPU, and "lazy" for comparison): wall time and peak memory per case; capture's extra memory
+   is its peak minus the plain prefill's, over the dense cache's bytes.
+e. A Session (no tokenizer: token ids in) prefilled with T tokens and a 32-token dense continuation, compressed to
+   25 % per-head snapkv; `Session.regenerate` (teacher-forced pass + free continuation of n tokens) against
+   `mlx_lm.generate_step` producing n tokens from a copy of the same compressed cache.
+Rounds are interleaved over the cases; medians are reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from benchmarks.bench_decode import attention_for
+from benchmarks.common import Row
+from kvcore import attention, caches
+from kvcore.capture import prefill_with_capture
+from kvcore.defaults import CAPTURE_WINDOW, DEFAULT_H2O_CAPTURE
+from kvcore.loading import ModelInfo
+from kvcore.session import CompressionConfig, Session
+
+# isort: split
+import mlx.core as mx
+from mlx_lm.generate import generate_step
+from mlx_lm.models.cache import make_prompt_cache
+
+CHUNK = 2048  # mlx-lm's prefill_step_size and kvcore's capture chunk
+
+
+def _mib(n: float) -> float:
+    return n / 2**20
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, float, float, Any]:
+    """(seconds, peak MiB, MiB above what was resident, result) of fn()."""
+    mx.clear_cache()
+    mx.synchronize()
+    resident = mx.get_active_memory()
+    mx.reset_peak_memory()
+    start = time.perf_counter()
+    out = fn()
+    mx.synchronize()
+    seconds = time.perf_counter() - start
+    peak = mx.get_peak_memory()
+    return seconds, _mib(peak), _mib(max(0, peak - resident)), out
+
+
+def plain_prefill(model: Any, ids: list[int]) -> list[Any]:
+    """mlx-lm's prefill loop of `generate_step`: T - 1 tokens in chunks, then the last token's step."""
+    cache = make_prompt_cache(model)
+    body = ids[:-1]
+    for a in range(0, len(body), CHUNK):
+        model(mx.array([body[a : a + CHUNK]]), cache=cache)
+        mx.eval([c.state for c in cache])
+        mx.clear_cache()
+    mx.eval(model(mx.array([ids[-1:]]), cache=cache))
+    return cache
+
+
+def prefill_rows(model: Any, name: str, T: int, rounds: int) -> list[Row]:
+    ids = np.random.default_rng(T).integers(0, model.args.vocab_size, T).tolist()
+    n_layers = len(model.layers)
+
+    def capture(h2o: str) -> Callable[[], Any]:
+        return lambda: prefill_with_capture(model, ids, window=CAPTURE_WINDOW, chunk_size=CHUNK, h2o=h2o,
+                                            hold_last=True)  # fmt: skip
+
+    cases: dict[str, tuple[bool, Callable[[], Any]]] = {
+        "mlx-lm plain prefill": (False, lambda: plain_prefill(model, ids)),
+        f"kvcore capture h2o={DEFAULT_H2O_CAPTURE}": (True, capture(DEFAULT_H2O_CAPTURE)),
+        "kvcore capture h2o=lazy": (True, capture("lazy")),
+    }
+    secs: dict[str, list[float]] = {c: [] for c in cases}
+    peak: dict[str, float] = {}
+    extra: dict[str, float] = {}
+    mode: dict[str, str] = {}
+    dense_bytes = 0
+    for _ in range(rounds):
+        for case, (kv_side, fn) in cases.items():
+            with attention_for(model, kv_side):
+                s, p, e, out = _timed(fn)
+            secs[case].append(s)
+            peak[case], extra[case] = max(peak.get(case, 0.0), p), max(extra.get(case, 0.0), e)
+            if hasattr(out, "h2o_mode"):
+                mode[case] = out.h2o_mode
+                dense_bytes = caches.cache_tensor_bytes(out.cache)
+            del out
+        print(
+            f"  prefill T={T} round: " + ", ".join(f"{c} {v[-1]:.2f} s" for c, v in secs.items()), flush=True
+        )
+    med = {c: statistics.median(v) for c, v in secs.items()}
+    base = "mlx-lm plain prefill"
+    rows = []
+    for case in cases:
+        row = Row(bench="prefill", case=case, model=name, context=T, layers=n_layers, value=med[case], unit="s",
+                  peak_mb=peak[case])  # fmt: skip
+        row.extra = {"extra_mib": round(extra[case], 1), "dense_cache_mib": round(_mib(dense_bytes), 1),
+                     "rounds_s": "/".join(f"{v:.3f}" for v in secs[case])}  # fmt: skip
+        if case != base:
+            over = (peak[case] - peak[base]) / max(_mib(dense_bytes), 1e-9)
+            row.baseline, row.ratio = med[base], med[case] / med[base]
+            row.target = "<= 1.10x plain prefill; extra memory <= 0.15x dense cache"
+            row.ok = "yes" if row.ratio <= 1.10 and over <= 0.15 else "NO"
+            row.extra["x_plain_prefill"] = round(row.ratio, 3)
+            row.extra["extra_over_dense"] = round(over, 3)
+            row.note = f"h2o {mode.get(case, '?')}; peak - plain peak = {over:.3f}x dense cache"
+        rows.append(row)
+    mx.clear_cache()
+    return rows
+
+
+def _session(model: Any, name: str, ids: list[int], n_tokens: int) -> Session:
+    args = model.args
+    head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
+    info = ModelInfo(name, "", args.model_type, len(model.layers), args.num_attention_heads,
+                     args.num_key_value_heads, head_dim, None, args.vocab_size)  # fmt: skip
+    s = Session(model, None, info)
+    s.prefill(ids, n_tokens=n_tokens)
+    return s
+
+
+def regenerate_rows(model: Any, name: str, T: int, n_tokens: int, rounds: int) -> list[Row]:
+    ids = np.random.default_rng(T + 1).integers(0, model.args.vocab_size, T).tolist()
+    session = _session(model, name, ids, n_tokens)
+    state = session.compress(CompressionConfig("snapkv", 0.25))
+    first = session.dense_tokens[0]
+
+    def mlx_lm_generate() -> list[int]:
+        cache = caches.copy_cache(state.cache)
+        out = [
+            first
+        ]  # fed first, as regenerate's "paper" continuation is; n forward steps (regenerate: n - 1)
+        for tok, _ in generate_step(mx.array([first]), model, prompt_cache=cache, max_tokens=n_tokens):
+            out.append(int(tok))
+        return out[:n_tokens]
+
+    cases: dict[str, Callable[[], Any]] = {
+        f"mlx-lm generate_step {n_tokens} tokens": mlx_lm_generate,
+        f"Session.regenerate {n_tokens} tokens": lambda: session.regenerate(state, n_tokens),
+    }
+    secs: dict[str, list[float]] = {c: [] for c in cases}
+    attention.install(model)  # both run kvcore's sparse cache
+    same = True
+    for _ in range(rounds):
+        results = {}
+        for case, fn in cases.items():
+            s, _, _, results[case] = _timed(fn)
+            secs[case].append(s)
+        a, b = results.values()
+        same = same and a == b.tokens
+        print(f"  regenerate T={T} round: " + ", ".join(f"{c} {v[-1] * 1e3:.0f} ms" for c, v in secs.items()),
+              flush=True)  # fmt: skip
+    attention.uninstall(model)
+    med = {c: statistics.median(v) * 1e3 for c, v in secs.items()}
+    base, regen = cases
+    rows = []
+    for case in cases:
+        row = Row(bench="regenerate", case=case, model=name, context=T, layers=len(model.layers),
+                  value=med[case], unit="ms")  # fmt: skip
+        row.extra = {"rounds_ms": "/".join(f"{v * 1e3:.1f}" for v in secs[case])}
+        if case == regen:
+            row.baseline, row.ratio = med[base], med[case] / med[base]
+            row.target = "<= 1.15x generate_step"
+            row.ok = "yes" if row.ratio <= 1.15 else "NO"
+            row.extra["x_generate_step"] = round(row.ratio, 3)
+            row.note = f"25% per-head snapkv; same tokens as generate_step: {'yes' if same else 'NO'}"
+        rows.append(row)
+    mx.clear_cache()
+    return rows

@@ -1,0 +1,72 @@
+"""The batched select_positions (issue 15) builds the same caches, bit for bit, as the per-layer path before it."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from benchmarks import select_positions_before as before
+from kvcore import caches
+from kvcore.capture import prefill_with_capture
+from kvcore.selection import rank, select
+from tests.kvcore.conftest import PROMPT, run
+
+
+def _same(new: list, old: list) -> None:
+    for a, b in zip(new, old, strict=True):
+        assert type(a) is type(b)
+        if not isinstance(a, caches._SparseRows):
+            assert a is b
+            continue
+        assert a.offset == b.offset and a.n_kept == b.n_kept and a.n_prefix == b.n_prefix
+        assert np.array_equal(a._prefix_counts, b._prefix_counts)
+        assert np.array_equal(np.asarray(a._selection), np.asarray(b._selection))
+        assert [p.tolist() for p in a.retained_positions] == [p.tolist() for p in b.retained_positions]
+        for x, y in zip(caches._arrays(a), caches._arrays(b), strict=True):
+            assert x.dtype == y.dtype and x.shape == y.shape
+            assert np.array_equal(np.asarray(x.view(mx.uint8)), np.asarray(y.view(mx.uint8)))
+
+
+@pytest.fixture(scope="module")
+def captured(models):
+    out = {}
+    for arch, (model, tok) in models.items():
+        ids = tok.encode(PROMPT * 3)
+        out[arch] = (model, prefill_with_capture(model, ids, window=64, chunk_size=16, h2o="lazy"))
+    return out
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("method", ["knorm", "snapkv", "h2o", "streaming_llm"])
+def test_batched_equals_per_layer_path(captured, arch, method):
+    model, cap = captured[arch]
+    ranking = rank(cap.observations, method)
+    packed = caches.quantize_cache(cap.cache, bits=4, group_size=32)
+    for ratio in (0.1, 0.37, 1.0):
+        modes = [dict(per_head=True), dict(per_head=False)]
+        if method in ("knorm", "snapkv", "h2o"):
+            modes.append(dict(per_head=True, adakv=True))
+        for mode in modes:
+            sel = select(ranking, ratio, **mode)
+            for validate in (True, False):
+                _same(caches.select_positions(cap.cache, sel, validate=validate),
+                      before.select_positions(cap.cache, sel, validate=validate))  # fmt: skip
+            _same(caches.select_positions(packed, sel), before.select_positions(packed, sel))
+            # Selecting again from a sparse (ragged or not) cache with appended tokens composes the same way.
+            first = caches.select_positions(cap.cache, sel, logical_offset=cap.n_tokens + 3)
+            run(model, first, [5, 7])
+            n = min(int(c.kept_counts.min()) for c in first)
+            again = [
+                np.arange(0, n, 2),
+                None,
+                *[np.stack([np.arange(1, n, 3)] * c.n_heads) for c in first[2:]],
+            ]
+            _same(caches.select_positions(first, again), before.select_positions(first, again))
+            ragged = [[np.arange(0, max(1, k - 1)) for k in c.kept_counts] for c in first]
+            _same(caches.select_positions(first, ragged), before.select_positions(first, ragged))
+
+
+def test_mx_indices_are_read_once_and_match(captured):
+    model, cap = captured["llama"]
+    sel = select(rank(cap.observations, "knorm"), 0.4, adakv=True)
+    as_mx = [[mx.array(a) for a in layer] for layer in sel]
+    _same(caches.select_positions(cap.cache, as_mx), before.select_positions(cap.cache, sel))
