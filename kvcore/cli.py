@@ -488,31 +488,14 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
                 "model": session.info.path,
                 "prompt_tokens": session.prompt_ids,
                 "chat_template": session.chat_template_applied,
-                "method": cfg.method,
-                "schedule": cfg.schedule,
-                "ratio": cfg.ratio,
-                "key_bits": cfg.widths[0],
-                "value_bits": cfg.widths[1],
-                "fp_recent": cfg.fp_recent,
+                **cfg.describe(),
                 "layers": [
                     {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
                 ],
             },
         )
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "method": cfg.method,
-                    "schedule": cfg.schedule,
-                    "ratio": cfg.ratio,
-                    "key_bits": cfg.widths[0],
-                    "value_bits": cfg.widths[1],
-                    "fp_recent": cfg.fp_recent,
-                    **summary,
-                }
-            )
-        )
+        print(json.dumps({**cfg.describe(), **summary}))
     else:
         _print_human(session, summary, regen.tokens)
     return 0

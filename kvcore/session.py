@@ -120,6 +120,17 @@ class CompressionConfig:
         """(key width, value width) as the caches take them, 16 for a float side."""
         return self.bits or UNQUANTIZED_BITS, self.packed_value_bits or UNQUANTIZED_BITS
 
+    def describe(self) -> dict[str, Any]:
+        """The setting as the JSON outputs (`--json`, `--positions`) name it."""
+        return {
+            "method": self.method,
+            "schedule": self.schedule,
+            "ratio": self.ratio,
+            "key_bits": self.widths[0],
+            "value_bits": self.widths[1],
+            "fp_recent": self.fp_recent,
+        }
+
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
