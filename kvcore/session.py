@@ -619,6 +619,7 @@ class Session:
         rows = []
         rmse = state.quant_rmse
         n_heads = state.kept.shape[1]
+        setting = {("retention_ratio" if k == "ratio" else k): v for k, v in cfg.describe().items()}
         for layer, (dense, comp) in enumerate(zip(observed.cache, state.cache, strict=True)):
             dense_head = caches.cache_tensor_bytes([dense]) // n_heads
             comp_head = caches.cache_tensor_bytes([comp]) // n_heads
@@ -632,12 +633,7 @@ class Session:
                     k_rmse, v_rmse = float(rmse[layer][0][h]), float(rmse[layer][1][h])
                 rows.append(
                     {
-                        "method": cfg.method,
-                        "schedule": cfg.schedule,
-                        "retention_ratio": cfg.ratio,
-                        "key_bits": cfg.widths[0],
-                        "value_bits": cfg.widths[1],
-                        "fp_recent": cfg.fp_recent,
+                        **setting,
                         "group_size": cfg.group_size if cfg.quantized else "",
                         "layer": layer,
                         "kv_head": h,
