@@ -4,7 +4,8 @@ d. The same T random tokens prefilled (fresh cache each time) by mlx-lm's own lo
    2048, `mx.eval` of the cache state and `mx.clear_cache` per chunk, then the last token alone) and by
    `prefill_with_capture` exactly as `Session.prefill` calls it (capture window 256, `hold_last`, h2o "auto",
    which is eager on a GPU, and "lazy" for comparison): wall time and peak memory per case; capture's extra memory
-   is its peak minus the plain prefill's, over the dense cache's bytes.
+   is its peak minus the plain prefill's, over the dense cache's bytes; `held_mib` is what stays allocated while the
+   result is kept (the cache included), `held_over_dense` its part beyond the plain prefill's, over the cache.
 e. A Session (no tokenizer: token ids in) prefilled with T tokens and a 32-token dense continuation, compressed to
    25 % per-head snapkv; `Session.regenerate` (teacher-forced pass + free continuation of n tokens) against
    `mlx_lm.generate_step` producing n tokens from a copy of the same compressed cache.
@@ -82,12 +83,17 @@ def prefill_rows(model: Any, name: str, T: int, rounds: int) -> list[Row]:
     secs: dict[str, list[float]] = {c: [] for c in cases}
     peak: dict[str, float] = {}
     extra: dict[str, float] = {}
+    held: dict[str, float] = {}
     mode: dict[str, str] = {}
     dense_bytes = 0
     for _ in range(rounds):
         for case, (kv_side, fn) in cases.items():
+            mx.clear_cache()
+            before = mx.get_active_memory()
             with attention_for(model, kv_side):
                 s, p, e, out = _timed(fn)
+            mx.clear_cache()
+            held[case] = max(held.get(case, 0.0), _mib(mx.get_active_memory() - before))
             secs[case].append(s)
             peak[case], extra[case] = max(peak.get(case, 0.0), p), max(extra.get(case, 0.0), e)
             if hasattr(out, "h2o_mode"):
@@ -104,7 +110,7 @@ def prefill_rows(model: Any, name: str, T: int, rounds: int) -> list[Row]:
         row = Row(bench="prefill", case=case, model=name, context=T, layers=n_layers, value=med[case], unit="s",
                   peak_mb=peak[case])  # fmt: skip
         row.extra = {"extra_mib": round(extra[case], 1), "dense_cache_mib": round(_mib(dense_bytes), 1),
-                     "rounds_s": "/".join(f"{v:.3f}" for v in secs[case])}  # fmt: skip
+                     "held_mib": round(held[case], 1), "rounds_s": "/".join(f"{v:.3f}" for v in secs[case])}  # fmt: skip
         if case != base:
             over = (peak[case] - peak[base]) / max(_mib(dense_bytes), 1e-9)
             row.baseline, row.ratio = med[base], med[case] / med[base]
@@ -112,7 +118,9 @@ def prefill_rows(model: Any, name: str, T: int, rounds: int) -> list[Row]:
             row.ok = "yes" if row.ratio <= 1.10 and over <= 0.15 else "NO"
             row.extra["x_plain_prefill"] = round(row.ratio, 3)
             row.extra["extra_over_dense"] = round(over, 3)
-            row.note = f"h2o {mode.get(case, '?')}; peak - plain peak = {over:.3f}x dense cache"
+            kept = (held[case] - held[base]) / max(_mib(dense_bytes), 1e-9)
+            row.extra["held_over_dense"] = round(kept, 3)
+            row.note = f"h2o {mode.get(case, '?')}; peak - plain peak = {over:.3f}x, held - plain = {kept:.3f}x dense"
         rows.append(row)
     mx.clear_cache()
     return rows

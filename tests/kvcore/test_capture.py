@@ -163,3 +163,22 @@ def test_bad_h2o_mode_is_refused(loaded_models):
     model, _ = loaded_models["llama"]
     with pytest.raises(ValueError, match="h2o must be"):
         capture.prefill_with_capture(model, [1, 2, 3], h2o="later")
+
+
+def test_kept_logits_are_one_row_copies_not_views_of_the_chunks_logits(loaded_models):
+    """Only the last position's row is kept, as a copy: a slice would hold the chunk's [chunk, vocab] buffer."""
+    model, tok = loaded_models["llama"]
+    ids = (tok.encode(PROMPT) * 4)[:97]
+    vocab, chunk = model.args.vocab_size, 48  # the body: 2 chunks of 48, whose last one's logits are kept
+    mx.synchronize()
+    mx.clear_cache()
+    resident = mx.get_active_memory()
+    result = capture.prefill_with_capture(model, ids, window=8, chunk_size=chunk, h2o=False, hold_last=True)
+    assert len(ids) == 97 and result.forward_calls == 3 and result.before_last.forward_calls == 2
+    logits, before = result.logits, result.before_last.logits
+    assert logits.shape == before.shape == (vocab,)
+    del result
+    mx.clear_cache()
+    held = mx.get_active_memory() - resident
+    # The two rows (float32 at most; room for two more), never the body chunk's logits buffer (48 rows).
+    assert 0 < held <= 4 * vocab * 4, f"{held} bytes held for two logits rows of {vocab}"
