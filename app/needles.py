@@ -77,7 +77,7 @@ class NeedleController:
             base = CompressionConfig.from_dict(w.controls.config())
             ratios, bits = parse_ratios(p.ratiosEdit.text()), parse_bits(p.bitsEdit.text())
             configs = grid(methods, ratios, bits, base.group_size, base=base)
-            check_group_size(configs, w.model_info.head_dim)
+            check_group_size(configs, w.model_info.head_dim, w.model_info.value_dim)
         except ValueError as exc:
             w._error("Cannot run the needle grid", str(exc))
             return None

@@ -98,7 +98,7 @@ class SweepController:
             base = CompressionConfig.from_dict(w.controls.config())
             configs = grid(spec.methods, spec.ratios, spec.bits, spec.group_size, base=base)
             if w.model_info is not None:
-                check_group_size(configs, w.model_info.head_dim)
+                check_group_size(configs, w.model_info.head_dim, w.model_info.value_dim)
         except ValueError as exc:
             w._error("Cannot run the sweep", str(exc))
             return None

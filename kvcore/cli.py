@@ -378,7 +378,7 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
             _check_output(args.csv)
         for cfg in configs:  # the model's own refusals (sinks, latent attention) before the group size
             session.check_config(cfg)
-        check_group_size(configs, session.info.head_dim)
+        check_group_size(configs, session.info.head_dim, session.info.value_dim)
         if args.system_prompt is not None and not session.has_chat_template:
             raise UsageError(f"--system-prompt: the tokenizer of {session.info.name} has no chat template")
 
@@ -412,7 +412,7 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
     for cfg in configs:  # every refusal (attention sinks, latent attention, group size) before the prefill
         session.check_config(cfg)
     try:
-        check_group_size(configs, session.info.head_dim)
+        check_group_size(configs, session.info.head_dim, session.info.value_dim)
     except ValueError as exc:
         raise UsageError(f"--group-size: {exc}") from None
     if args.system_prompt is not None and not session.has_chat_template:

@@ -45,11 +45,18 @@ class ModelInfo:
     # MLA (kvcore.mla): the cache's one kv-head holds latent rows (head_dim = kv_lora_rank wide) as keys and their
     # RoPE key part (this wide) as values; observed queries and keys are head_dim + latent_rope_dim wide.
     latent_rope_dim: int = 0
+    # Width of the cached values where it differs from head_dim (deepseek_v2: v_head_dim; MLA: the RoPE part).
+    value_head_dim: int = 0
 
     @property
     def query_dim(self) -> int:
         """Width of the observed queries and keys: head_dim, plus the RoPE part for a latent model."""
         return self.head_dim + self.latent_rope_dim
+
+    @property
+    def value_dim(self) -> int:
+        """Width of the cached values (quantization groups run along it as along head_dim for keys)."""
+        return self.value_head_dim or self.head_dim
 
 
 def hf_cache_dir() -> Path:
@@ -166,16 +173,19 @@ def upcast_on_cpu(model: nn.Module) -> bool:
 
 
 def model_info(model: nn.Module, config: dict, path: Path) -> ModelInfo:
-    """Shapes from the config, falling back to the model's attention modules where a key is missing; a latent
-    (MLA) model's from its cache: one kv-head of kv_lora_rank, whatever num_key_value_heads says."""
+    """Shapes from the config; kv-heads and widths from the cache a 1-token forward builds, where the model's
+    first cache holds keys: configs can mislead (deepseek_v2 caches per-head keys qk_nope + qk_rope wide and
+    values v_head_dim wide, neither hidden_size / num_attention_heads; MLA one latent kv-head of kv_lora_rank)."""
     text = config.get("text_config", config)
     n_layers = len(getattr(model, "layers", [])) or int(text.get("num_hidden_layers", 0))
     n_q = int(text.get("num_attention_heads", 0))
     n_kv = int(text.get("num_key_value_heads") or n_q)
     head_dim = int(text.get("head_dim") or (text.get("hidden_size", 0) // max(n_q, 1)))
+    value_dim = head_dim
+    cached = cached_shapes(model)
+    if cached is not None:
+        n_kv, head_dim, value_dim = cached
     latent = mla.latent_dims(model)
-    if latent is not None:
-        n_kv, head_dim = 1, latent[0]
     ctx = text.get("max_position_embeddings")
     name = path.name if path.exists() else str(path)
     return ModelInfo(
@@ -189,4 +199,20 @@ def model_info(model: nn.Module, config: dict, path: Path) -> ModelInfo:
         max_context=int(ctx) if ctx else None,
         vocab_size=text.get("vocab_size"),
         latent_rope_dim=latent[1] if latent is not None else 0,
+        value_head_dim=value_dim if value_dim != head_dim else 0,
     )
+
+
+def cached_shapes(model: nn.Module) -> tuple[int, int, int] | None:
+    """(kv-heads, key width, value width) of the first cache that holds keys after a 1-token forward, or None.
+
+    Only the graph is built (shapes are known before evaluation), so nothing is computed."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    model(mx.array([[0]]), cache=cache)
+    for layer in cache:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if isinstance(keys, mx.array) and isinstance(values, mx.array):
+            return int(keys.shape[1]), int(keys.shape[-1]), int(values.shape[-1])
+    return None

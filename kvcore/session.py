@@ -120,6 +120,18 @@ class CompressionConfig:
         """(key width, value width) as the caches take them, 16 for a float side."""
         return self.bits or UNQUANTIZED_BITS, self.packed_value_bits or UNQUANTIZED_BITS
 
+    def group_refusal(self, head_dim: int, value_dim: int | None = None) -> str | None:
+        """Why `group_size` cannot pack this model's keys (head_dim wide) or values (value_dim, default
+        head_dim), or None: groups run along each packed side's width, which they must divide."""
+        value_dim = value_dim or head_dim
+        sides = [("head_dim", head_dim, self.bits), ("value width", value_dim, self.packed_value_bits)]
+        packed = [(name, dim) for name, dim, bits in sides if bits is not None]
+        for name, dim in packed:
+            if dim % self.group_size:
+                ok = [g for g in ALLOWED_GROUP_SIZES if all(d % g == 0 for _, d in packed)]
+                return f"group size {self.group_size} does not divide {name} {dim} of this model: use one of {ok}"
+        return None
+
     def describe(self) -> dict[str, Any]:
         """The setting as the JSON outputs (`--json`, `--positions`) name it."""
         return {
@@ -487,11 +499,9 @@ class Session:
         )
         if refusal is not None:
             raise ValueError(refusal)
-        if self.info.head_dim % config.group_size:
-            raise ValueError(
-                f"group size {config.group_size} does not divide head_dim {self.info.head_dim}: "
-                f"choose one of {[g for g in ALLOWED_GROUP_SIZES if self.info.head_dim % g == 0]}"
-            )
+        refusal = config.group_refusal(info.head_dim, info.value_dim)
+        if refusal is not None:
+            raise ValueError(refusal)
 
     def compress(self, config: CompressionConfig) -> CompressedState:
         """Select, gather and (optionally) quantize a compressed copy of the prefilled cache. No prefill."""

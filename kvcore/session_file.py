@@ -152,12 +152,16 @@ def _layers(header: dict, key: str, arrays: dict, offset: int, info: Any, where:
     for i, layer in enumerate(cache):
         if type(layer) is not KVCache or layer.keys is None:
             raise ValueError(f"{where}: {key}: layer {i} must be a non-empty KVCache")
-        shape = tuple(layer.keys.shape)
-        if layer.offset != offset or shape[1] != info.n_kv_heads or shape[3] != info.head_dim:
-            raise ValueError(
-                f"{where}: {key}: layer {i} holds {shape} at offset {layer.offset}, expected "
-                f"[1, {info.n_kv_heads}, {offset}, {info.head_dim}]"
-            )
+        for side, array, dim in (
+            ("keys", layer.keys, info.head_dim),
+            ("values", layer.values, info.value_dim),
+        ):
+            shape = tuple(array.shape)
+            if layer.offset != offset or shape[1] != info.n_kv_heads or shape[3] != dim:
+                raise ValueError(
+                    f"{where}: {key}: layer {i} holds {side} {shape} at offset {layer.offset}, expected "
+                    f"[1, {info.n_kv_heads}, {offset}, {dim}]"
+                )
     return cache
 
 

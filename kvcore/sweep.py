@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvcore.defaults import ALLOWED_GROUP_SIZES, DEFAULT_GROUP_SIZE, UNQUANTIZED_BITS
+from kvcore.defaults import DEFAULT_GROUP_SIZE, UNQUANTIZED_BITS
 from kvcore.export import SUMMARY_COLUMNS
 from kvcore.session import Cancelled, CompressionConfig, Session
 
@@ -129,14 +129,14 @@ def grid(
     ]
 
 
-def check_group_size(configs: Iterable[CompressionConfig], head_dim: int) -> None:
-    """Refuse a quantized config whose group size does not divide head_dim, before any point runs."""
+def check_group_size(
+    configs: Iterable[CompressionConfig], head_dim: int, value_dim: int | None = None
+) -> None:
+    """Refuse a quantized config whose group size does not divide the packed widths, before any point runs."""
     for cfg in configs:
-        if cfg.quantized and head_dim % cfg.group_size:
-            ok = [g for g in ALLOWED_GROUP_SIZES if head_dim % g == 0]
-            raise ValueError(
-                f"group size {cfg.group_size} does not divide head_dim {head_dim} of this model: use one of {ok}"
-            )
+        refusal = cfg.group_refusal(head_dim, value_dim) if cfg.quantized else None
+        if refusal is not None:
+            raise ValueError(refusal)
 
 
 def run_sweep(
@@ -150,7 +150,7 @@ def run_sweep(
     interrupted is dropped, the finished ones have been yielded already."""
     if not session.prompt_ids:
         raise ValueError("no prompt has been prefilled yet: run Prefill first")
-    check_group_size(configs, session.info.head_dim)
+    check_group_size(configs, session.info.head_dim, session.info.value_dim)
     cancelled = should_cancel or (lambda: False)
     for i, cfg in enumerate(configs):
         if cancelled():

@@ -108,6 +108,16 @@ ARCHS = {
     ),
 }
 
+# MLA whose mlx-lm module expands the latent into per-head keys (qk_nope + qk_rope = 64 wide) and values
+# (v_head_dim 32) in a plain KVCache: neither width is hidden_size / num_attention_heads (16).
+ARCHS["deepseek_v2"] = dict(
+    ARCHS["deepseek_v3"],
+    model_type="deepseek_v2",
+    v_head_dim=32,
+    qk_nope_head_dim=48,
+    rope_scaling={"rope_type": "yarn", "factor": 1.0, "original_max_position_embeddings": 4096},
+)
+
 _CORPUS = (
     "def main(argv):\n    return sum(x * x for x in argv)\n"
     "The quick brown fox jumps over the lazy dog. KV caches keep keys and values.\n"

@@ -67,6 +67,7 @@ class CompressionControls(QWidget):
         super().__init__(parent)
         self.setObjectName("compressionControls")
         self._head_dim: int | None = None
+        self._value_dim: int | None = None
         self._build_ui(methods or DEFAULT_METHODS)
         self.set_config(DEFAULTS)
 
@@ -275,9 +276,10 @@ class CompressionControls(QWidget):
         bits = BITS_STEPS[self.bitsSlider.value()]
         return bits != UNQUANTIZED_BITS or self._value_bits(bits) not in (None, UNQUANTIZED_BITS)
 
-    def set_head_dim(self, head_dim: int | None) -> None:
-        """Disable group sizes that do not divide the model's head_dim (mx.quantize would raise)."""
-        self._head_dim = head_dim
+    def set_head_dim(self, head_dim: int | None, value_dim: int | None = None) -> None:
+        """Disable group sizes that do not divide the model's head_dim, or its value width (default head_dim;
+        deepseek_v2's is narrower) while values are packed: mx.quantize would raise."""
+        self._head_dim, self._value_dim = head_dim, value_dim or head_dim
         self._changed()
 
     def set_budget_note(self, note: str | None) -> None:
@@ -334,13 +336,19 @@ class CompressionControls(QWidget):
 
     def _update_group_sizes(self) -> None:
         combo = self.groupSizeCombo
+        bits = BITS_STEPS[self.bitsSlider.value()]
+        value_bits = self._value_bits(bits) or bits
+        values_packed = value_bits != UNQUANTIZED_BITS
+        widths = [("head_dim", self._head_dim)] if bits != UNQUANTIZED_BITS or not values_packed else []
+        widths += [("value width", self._value_dim)] if values_packed else []
         valid = []
         for i, size in enumerate(GROUP_SIZES):
-            ok = self._head_dim is None or self._head_dim % size == 0
-            reason = "" if ok else f"head_dim {self._head_dim} is not divisible by group size {size}"
+            misfit = next(((name, dim) for name, dim in widths if dim is not None and dim % size), None)
+            ok = misfit is None
+            reason = "" if ok else f"{misfit[0]} {misfit[1]} is not divisible by group size {size}"
             if combo.itemData(i, _FLAGS_ROLE) != (_ENABLED_ITEM if ok else _DISABLED_ITEM):
                 combo.setItemData(i, _ENABLED_ITEM if ok else _DISABLED_ITEM, _FLAGS_ROLE)
-                combo.setItemData(i, reason, Qt.ItemDataRole.ToolTipRole)
+            combo.setItemData(i, reason, Qt.ItemDataRole.ToolTipRole)
             if ok:
                 valid.append(i)
         if valid and combo.currentIndex() not in valid:

@@ -108,7 +108,7 @@ def reference_attention(
         sinks = None if sinks is None else np.array(sinks.astype(mx.float32), dtype=np.float64)
         n_q, n_kv, total = q.shape[2], k.shape[1], k.shape[2]
         rep = q.shape[1] // n_kv
-        out = np.zeros_like(q)
+        out = np.zeros(q.shape[:3] + v.shape[3:])  # values may be narrower than keys (deepseek_v2)
         for hq in range(q.shape[1]):
             h = hq // rep
             prompt = np.arange(T) if kept[layer] is None else np.asarray(kept[layer][h])

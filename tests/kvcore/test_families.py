@@ -2,7 +2,8 @@
 
 For llama, qwen3, gemma3_text (sliding-window layers), gpt_oss (sinks and sliding-window layers) and deepseek_v3
 (multi-head latent attention, kv_lora_rank != qk_nope_head_dim: one latent head shared by every query head), each
-built in bf16 and quantized to 4 bits by mlx_lm.convert: `full` at ratio 1 reproduces mlx-lm's own greedy
+built in bf16 and quantized to 4 bits by mlx_lm.convert, and deepseek_v2 in bf16 (its latent expanded into
+per-head keys and narrower values in a plain KVCache): `full` at ratio 1 reproduces mlx-lm's own greedy
 generation; a compressed cache's teacher-forced logits equal a float64 attention over the kept positions only
 (MLA's over the kept latent rows); the bytes reported are those of the stored arrays in steady state.
 """
@@ -26,7 +27,7 @@ PROMPT = "def main(argv): return sum(x * x for x in argv) The quick brown fox ju
 N_TOKENS = 5
 FAMILIES = [
     (arch, w) for arch in ("llama", "qwen3", "gemma3_text", "gpt_oss", "deepseek_v3") for w in ("bf16", "q4")
-]
+] + [("deepseek_v2", "bf16")]
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +37,8 @@ def folders(tmp_path_factory):
     out = {}
     for arch in dict.fromkeys(a for a, _ in FAMILIES):
         out[arch, "bf16"] = build_model(root / arch, arch, dtype="bfloat16")
+        if (arch, "q4") not in FAMILIES:
+            continue
         out[arch, "q4"] = root / f"{arch}-q4"
         mlx_lm.convert(str(out[arch, "bf16"]), str(out[arch, "q4"]), quantize=True, q_bits=4, q_group_size=32)
     return out
@@ -134,8 +137,7 @@ def test_bytes_equal_the_stored_arrays_in_steady_state(sessions, arch, weights, 
     state = session.compress(CompressionConfig("snapkv", ratio, schedule="paper"))
     stepped = caches.copy_cache(state.cache)
     mx.eval(session.model(mx.array([[session.dense_tokens[0]]]), cache=stepped))
-    value_dim = info.latent_rope_dim or info.head_dim  # MLA: the cache's values are the RoPE key rows
-    row = info.n_kv_heads * (info.head_dim + value_dim) * 4  # one position's K and V over all kv-heads
+    row = info.n_kv_heads * (info.head_dim + info.value_dim) * 4  # one position's K and V over all kv-heads
     window = ARCHS[arch].get("sliding_window")
     for i, layer in enumerate(stepped):
         assert layer.keys.dtype == mx.float32

@@ -120,6 +120,28 @@ def test_group_size_disabled_for_head_dim(controls):
     assert all(combo.model().flags(combo.model().index(i, 0)) & Qt.ItemFlag.ItemIsEnabled for i in range(3))
 
 
+def test_group_size_disabled_for_the_value_width_while_values_are_packed(controls):
+    """deepseek_v2-like widths: keys 64, values 32; 64 fits the keys only, so it needs float values."""
+    combo = controls.groupSizeCombo
+
+    def enabled():
+        return [
+            bool(combo.model().flags(combo.model().index(i, 0)) & Qt.ItemFlag.ItemIsEnabled) for i in range(3)
+        ]
+
+    controls.set_config({"bits": 4, "value_bits": None, "group_size": 64})
+    controls.set_head_dim(64, 32)
+    assert enabled() == [True, False, False] and controls.config()["group_size"] == 32
+    assert (
+        combo.itemData(1, Qt.ItemDataRole.ToolTipRole) == "value width 32 is not divisible by group size 64"
+    )
+    assert combo.itemData(2, Qt.ItemDataRole.ToolTipRole) == "head_dim 64 is not divisible by group size 128"
+    controls.set_config({"bits": 4, "value_bits": 16})
+    assert enabled() == [True, True, False] and combo.itemData(1, Qt.ItemDataRole.ToolTipRole) == ""
+    controls.set_config({"bits": 16, "value_bits": 4})
+    assert enabled() == [True, False, False]
+
+
 def test_irrelevant_controls_disabled_with_reason(controls):
     controls.set_config({"method": "full", "bits": None})
     assert not controls.retentionSlider.isEnabled()
