@@ -69,14 +69,13 @@ def sdpa(
         if head_mask is not None:
             mask = head_mask
     attend = getattr(cache, "attend", None)  # kvcore.residual: a packed body and a float residual
-    if attend is not None:
-        if sinks is not None:
-            raise ValueError("Quantized SDPA does not support attention sinks.")
-        return attend(queries, keys, values, scale)
     value_bits = getattr(cache, "value_bits", None)
-    if value_bits is not None and value_bits != cache.bits:
-        if sinks is not None:
-            raise ValueError("Quantized SDPA does not support attention sinks.")
+    split = value_bits is not None and value_bits != cache.bits
+    if (attend is not None or split) and sinks is not None:
+        raise ValueError("Quantized SDPA does not support attention sinks.")
+    if attend is not None:
+        return attend(queries, keys, values, scale)
+    if split:
         return split_quantized_sdpa(
             queries, keys, values, scale, mask, cache.group_size, cache.bits, value_bits
         )

@@ -476,6 +476,10 @@ class _Source:
         prefix = self.layer._prefix_counts[:, None]
         return np.where(rows < prefix, rows, rows - prefix + self.layer.n_prefix).astype(np.int32)
 
+    def flat(self, cols: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Gather index of buffer rows [H_kv, n] into the buffer flattened over (head, row)."""
+        return np.add(cols, (np.arange(self.n_heads, dtype=np.int32) * self.capacity)[:, None], out=out)
+
     def positions(self, cols: np.ndarray) -> np.ndarray:
         """Logical positions of buffer rows [H_kv, n]."""
         if not isinstance(self.layer, _SparseRows):
@@ -629,7 +633,7 @@ def select_positions(
     for (_, _, src, rows, _), size in zip(plans, sizes, strict=True):
         cols = src.cols(rows)
         flat = host[start : start + size].reshape(rows.shape)
-        np.add(cols, (np.arange(src.n_heads, dtype=np.int32) * src.capacity)[:, None], out=flat)
+        src.flat(cols, out=flat)
         host[start + size : start + 2 * size].reshape(rows.shape)[...] = src.positions(cols)
         start += 2 * size
     device = mx.array(host)
@@ -664,7 +668,7 @@ def take_rows(layer: Any, heads: Sequence[np.ndarray]) -> SparseKVCache | Sparse
         padded[h, : len(p)] = p
     cols = src.cols(padded)
     n = cols.shape[1]
-    flat = mx.array((cols + (np.arange(src.n_heads, dtype=np.int32) * src.capacity)[:, None]).reshape(-1))
+    flat = mx.array(src.flat(cols).reshape(-1))
     new: Any = _empty_like(layer)
     k = [_gather(b, flat, n) for b in src.k_parts]
     v = [_gather(b, flat, n) for b in src.v_parts]

@@ -14,6 +14,10 @@ from mlx_lm.models.cache import make_prompt_cache
 from kvcore import attention
 
 PROMPT = "def main(argv): return sum(x * x for x in argv) The quick brown fox jumps over the lazy dog."
+#: The prompt the CLI tests write to a file: two lines of code and one of prose, twice.
+CLI_PROMPT = (
+    "def main(argv):\n    return sum(x * x for x in argv)\nThe quick brown fox jumps over the lazy dog.\n" * 2
+)
 GROUP = {"llama": 32, "qwen3": 64}  # head_dim 32 and 64: the largest group size each allows
 
 
@@ -23,6 +27,14 @@ def models(loaded_models):
     for model, _ in loaded_models.values():
         attention.install(model)
     return loaded_models
+
+
+@pytest.fixture
+def prompt_file(tmp_path):
+    """CLI_PROMPT in a file, for `--prompt-file`."""
+    p = tmp_path / "prompt.txt"
+    p.write_text(CLI_PROMPT)
+    return p
 
 
 def prompt_ids(tok) -> list[int]:

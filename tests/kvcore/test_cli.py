@@ -9,18 +9,8 @@ import pytest
 
 from kvcore.cli import SUMMARY_COLUMNS, main
 from kvcore.export import STATS_COLUMNS
+from tests.kvcore.conftest import CLI_PROMPT as PROMPT
 from tests.model_factory import build_model
-
-PROMPT = (
-    "def main(argv):\n    return sum(x * x for x in argv)\nThe quick brown fox jumps over the lazy dog.\n" * 2
-)
-
-
-@pytest.fixture
-def prompt_file(tmp_path):
-    p = tmp_path / "prompt.txt"
-    p.write_text(PROMPT)
-    return p
 
 
 def test_compress_writes_csv_positions_and_json(model_dirs, prompt_file, tmp_path, capsys):

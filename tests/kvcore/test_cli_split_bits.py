@@ -7,17 +7,6 @@ import pytest
 
 from kvcore.cli import main
 
-PROMPT = (
-    "def main(argv):\n    return sum(x * x for x in argv)\nThe quick brown fox jumps over the lazy dog.\n" * 2
-)
-
-
-@pytest.fixture
-def prompt_file(tmp_path):
-    p = tmp_path / "prompt.txt"
-    p.write_text(PROMPT)
-    return p
-
 
 def _args(model_dirs, prompt_file, *extra: str) -> list[str]:
     base = ["--model", str(model_dirs["llama"]), "--prompt-file", str(prompt_file), "--group-size", "32"]
