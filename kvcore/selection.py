@@ -30,6 +30,14 @@ class LayerRanking:
     shared_order: np.ndarray  # [T] int32: priority of the mean score over heads (shared mode)
     n_always: int  # how many leading entries of each order are always-kept positions
     _flat_order: np.ndarray | None = field(default=None, repr=False)
+    _device_orders: tuple[mx.array, mx.array] | None = field(default=None, repr=False)
+
+    def device_orders(self) -> tuple[mx.array, mx.array]:
+        """`order` and `shared_order` on the device, copied once: every later selection is sorted there."""
+        if self._device_orders is None:
+            self._device_orders = (mx.array(self.order), mx.array(self.shared_order))
+            mx.eval(self._device_orders)
+        return self._device_orders
 
     def flat_order(self) -> np.ndarray:
         """adakv's cross-head priority of all (head, rank) slots as head * T + rank; computed on first use."""
@@ -48,6 +56,19 @@ class Ranking:
     n_tokens: int
     layers: list[LayerRanking | None]
     seconds: float  # scoring + ranking time
+    _device_stack: tuple[mx.array, dict[int, int]] | None = field(default=None, repr=False)
+
+    def device_stack(self) -> tuple[mx.array, dict[int, int]] | None:
+        """Every ranked layer's per-head `order` stacked on the device, [L', H_kv, T], copied once, with each
+        layer's row in it: one sort then serves all layers of a budget. None when the layers' shapes differ."""
+        ranked = [(i, r.order) for i, r in enumerate(self.layers) if r is not None]
+        if not ranked or len({o.shape for _, o in ranked}) != 1:
+            return None
+        if self._device_stack is None:
+            stack = mx.array(np.stack([o for _, o in ranked]))
+            mx.eval(stack)
+            self._device_stack = (stack, {i: j for j, (i, _) in enumerate(ranked)})
+        return self._device_stack
 
 
 def _priority_order(scores: np.ndarray, always: np.ndarray) -> np.ndarray:
@@ -145,4 +166,61 @@ def select(
             out.append([np.sort(layer.order[h, :k]) for h, k in enumerate(counts)])
         else:
             out.append(np.sort(layer.order[:, :n], axis=1))
+    return out
+
+
+def selects_on_device() -> bool:
+    """Whether Session builds kept rows on the device (a GPU: uploading them costs more than the gathers) or sends
+    them from the host (a CPU: the "upload" is a copy in the same memory, and NumPy sorts faster than MLX there)."""
+    return mx.default_device().type == mx.gpu
+
+
+def device_select(ranking: Ranking, selection: Sequence[LayerSelection]) -> list[mx.array | None]:
+    """`selection` (select()'s for this ranking) built again on the device from the ranking's orders, so a slider
+    move sends no indices: each layer's kept rows are the sorted first counts of its order, as select() takes them.
+
+    Ragged layers come padded with 0 past each head's count, as `kvcore.index_checks.host_indices` pads them.
+    """
+    out: list[mx.array | None] = []
+    stacked = _stacked_per_head(ranking, selection)
+    for i, (layer, kept) in enumerate(zip(ranking.layers, selection, strict=True)):
+        if layer is None or kept is None:
+            out.append(None)
+        elif i in stacked:
+            out.append(stacked[i])
+        elif ranking.method.keeps_everything:
+            out.append(mx.arange(ranking.n_tokens, dtype=mx.int32))
+        elif isinstance(kept, list):
+            order, _ = layer.device_orders()
+            counts = np.array([len(k) for k in kept], dtype=np.int32)
+            width, past = int(counts.max()), ranking.n_tokens
+            prefix = order[:, :width]
+            beyond = mx.arange(width, dtype=mx.int32)[None, :] >= mx.array(counts)[:, None]
+            ordered = mx.sort(mx.where(beyond, past, prefix), axis=1)
+            out.append(mx.where(ordered == past, 0, ordered))
+        elif kept.ndim == 1:
+            out.append(mx.sort(layer.device_orders()[1][: kept.shape[0]]))
+        else:
+            out.append(mx.sort(layer.device_orders()[0][:, : kept.shape[1]], axis=1))
+    return out
+
+
+def _stacked_per_head(ranking: Ranking, selection: Sequence[LayerSelection]) -> dict[int, mx.array]:
+    """The per-head [H_kv, n] layers, one sort per budget n over the stacked orders (uniform budgets: one sort)."""
+    if ranking.method.keeps_everything:
+        return {}
+    by_n: dict[int, list[int]] = {}
+    for i, kept in enumerate(selection):
+        if isinstance(kept, np.ndarray) and kept.ndim == 2:
+            by_n.setdefault(kept.shape[1], []).append(i)
+    found = ranking.device_stack() if by_n else None
+    if found is None:
+        return {}
+    stack, row = found
+    out = {}
+    for n, layers in by_n.items():
+        rows = [row[i] for i in layers]
+        part = stack if rows == list(range(stack.shape[0])) else stack[mx.array(rows)]
+        ordered = mx.sort(part[:, :, :n], axis=-1)
+        out.update({i: ordered[k] for k, i in enumerate(layers)})
     return out

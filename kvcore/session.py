@@ -55,7 +55,7 @@ from kvcore.methods import get as get_method
 from kvcore.methods.adakv import AdaKV
 from kvcore.methods.base import window_attention
 from kvcore.residual import ResidualKVCache, split_select
-from kvcore.selection import Ranking, budget_note, rank, select
+from kvcore.selection import Ranking, budget_note, device_select, rank, select, selects_on_device
 
 Progress = Callable[[int, int], None] | None
 CancelCheck = Callable[[], bool] | None
@@ -520,7 +520,8 @@ class Session:
             T = self.n_compressible(config.schedule)
             cache = split_select(observed.cache, source, selection, T, config.n_sink, config.fp_recent)
         else:
-            cache = caches.select_positions(source, selection, validate=False)  # valid by construction
+            on_device = device_select(ranking, selection) if selects_on_device() else None
+            cache = caches.select_positions(source, selection, validate=False, device_indices=on_device)
         recompress_ms = (time.perf_counter() - start) * 1e3
         kept = self._kept_mask(selection, self.n_compressible(config.schedule), observed.cache)
         fixed = {

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from benchmarks import select_positions_before as before
-from kvcore import caches
+from kvcore import caches, index_checks
 from kvcore.capture import prefill_with_capture
-from kvcore.selection import rank, select
+from kvcore.selection import device_select, rank, select
 from tests.kvcore.conftest import PROMPT, run
 
 
@@ -70,3 +70,50 @@ def test_mx_indices_are_read_once_and_match(captured):
     sel = select(rank(cap.observations, "knorm"), 0.4, adakv=True)
     as_mx = [[mx.array(a) for a in layer] for layer in sel]
     _same(caches.select_positions(cap.cache, as_mx), before.select_positions(cap.cache, sel))
+
+
+@pytest.mark.parametrize("method", ["knorm", "streaming_llm", "full", "pyramidkv"])
+def test_device_selection_builds_the_same_caches(captured, method):
+    """Session's GPU slider path: the kept rows sorted on the device from the ranking's orders, nothing uploaded."""
+    _, cap = captured["llama"]
+    ranking = rank(cap.observations, method)
+    packed = caches.quantize_cache(cap.cache, bits=4, group_size=32)
+    modes = [dict(per_head=True), dict(per_head=False)]
+    if method == "knorm":
+        modes.append(dict(per_head=True, adakv=True))
+    for ratio in (0.1, 0.37, 1.0):
+        for mode in modes:
+            sel = select(ranking, ratio, **mode)
+            on_device = device_select(ranking, sel)
+            host = [
+                index_checks.host_indices(s, c.keys.shape[1], "")[0]
+                for s, c in zip(sel, cap.cache, strict=True)
+            ]
+            assert all(np.array_equal(np.asarray(d), h) for d, h in zip(on_device, host, strict=True))
+            for source in (cap.cache, packed):
+                _same(caches.select_positions(source, sel, validate=False, device_indices=on_device),
+                      before.select_positions(source, sel))  # fmt: skip
+
+
+def test_device_indices_must_be_trusted(captured):
+    _, cap = captured["llama"]
+    ranking = rank(cap.observations, "knorm")
+    sel = select(ranking, 0.5)
+    with pytest.raises(ValueError, match="validate=False"):
+        caches.select_positions(cap.cache, sel, device_indices=device_select(ranking, sel))
+
+
+def test_device_selection_sorts_each_budget_of_the_stack(captured):
+    """Layers of different budgets (pyramidkv's) are sorted in groups of the stacked orders, rows picked per layer."""
+    _, cap = captured["llama"]
+    ranking = rank(cap.observations, "snapkv")
+    sel = [
+        None if s is None else s[:, : max(1, s.shape[1] - 3 * i)] for i, s in enumerate(select(ranking, 0.8))
+    ]
+    sel = [
+        None if s is None else np.sort(ranking.layers[i].order[:, : s.shape[1]], axis=1)
+        for i, s in enumerate(sel)
+    ]
+    assert len({s.shape[1] for s in sel if s is not None}) > 1
+    on_device = device_select(ranking, sel)
+    assert all(np.array_equal(np.asarray(d), s) for d, s in zip(on_device, sel, strict=True) if s is not None)
