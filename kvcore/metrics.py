@@ -26,9 +26,9 @@ def _check_shapes(dense_logits: np.ndarray, comp_logits: np.ndarray, targets: np
         )
 
 
-def _kl(lp_dense: np.ndarray, lp_comp: np.ndarray) -> np.ndarray:
-    """KL(dense ‖ compressed) per row from log-probabilities (clipped at 0 against rounding)."""
-    return np.maximum((np.exp(lp_dense) * (lp_dense - lp_comp)).sum(axis=-1), 0.0)
+def _kl(p_dense: np.ndarray, lp_dense: np.ndarray, lp_comp: np.ndarray) -> np.ndarray:
+    """KL(dense ‖ compressed) per row from the dense probabilities and both log-probabilities (clipped at 0)."""
+    return np.maximum((p_dense * (lp_dense - lp_comp)).sum(axis=-1), 0.0)
 
 
 def teacher_forced(dense_logits: np.ndarray, comp_logits: np.ndarray, targets: np.ndarray) -> dict:
@@ -37,15 +37,21 @@ def teacher_forced(dense_logits: np.ndarray, comp_logits: np.ndarray, targets: n
     dense_logits, comp_logits: [n, V] logits predicting targets[i] at step i; targets: [n] token ids.
     """
     _check_shapes(dense_logits, comp_logits, targets)
+    lp_d = log_softmax(dense_logits)
+    return _summary(lp_d, np.exp(lp_d), log_softmax(comp_logits), comp_logits, np.asarray(targets))
+
+
+def _summary(
+    lp_d: np.ndarray, p_d: np.ndarray, lp_c: np.ndarray, comp_logits: np.ndarray, targets: np.ndarray
+):
     if len(targets) == 0:
         return {"agreement": float("nan"), "kl_mean": float("nan"), "kl_max": float("nan"), "nll_delta": 0.0}
-    lp_d, lp_c = log_softmax(dense_logits), log_softmax(comp_logits)
-    kl = _kl(lp_d, lp_c)
+    kl = _kl(p_d, lp_d, lp_c)
     rows = np.arange(len(targets))
     nll_d = -lp_d[rows, targets]
     nll_c = -lp_c[rows, targets]
     return {
-        "agreement": float((comp_logits.argmax(axis=-1) == np.asarray(targets)).mean()),
+        "agreement": float((comp_logits.argmax(axis=-1) == targets).mean()),
         "kl_mean": float(kl.mean()),
         "kl_max": float(kl.max()),
         "kl_per_step": kl.tolist(),
@@ -91,17 +97,46 @@ def per_step(
 ) -> StepMetrics:
     """KL, top-1 agreement and both top-k per step; the same definitions as `teacher_forced`, unaveraged."""
     _check_shapes(dense_logits, comp_logits, targets)
-    lp_d, lp_c = log_softmax(dense_logits), log_softmax(comp_logits)
-    dense_ids, dense_probs = _top_k(lp_d, k)
+    return compare(reference(dense_logits, k), comp_logits, np.asarray(targets), len(targets), k)[1]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The dense side of every comparison of one prefill, computed once: each regenerate then computes only the
+    compressed side (a 128k vocabulary makes each float64 log-softmax of 32 steps ~30 ms)."""
+
+    logits: np.ndarray
+    lp: np.ndarray
+    p: np.ndarray
+    top_ids: np.ndarray
+    top_probs: np.ndarray
+
+
+def reference(dense_logits: np.ndarray, k: int = TOP_K) -> Reference:
+    lp = log_softmax(dense_logits)
+    ids, probs = _top_k(lp, k)
+    return Reference(np.asarray(dense_logits), lp, np.exp(lp), ids, probs)
+
+
+def compare(
+    ref: Reference, comp_logits: np.ndarray, targets: np.ndarray, skip: int, k: int = TOP_K
+) -> tuple[dict, StepMetrics]:
+    """(`teacher_forced` over steps skip…n−1, `per_step` over all n) with one log-softmax of the compressed side."""
+    n = len(targets)
+    _check_shapes(ref.logits[:n], comp_logits, targets)
+    lp_d, p_d = ref.lp[:n], ref.p[:n]
+    lp_c = log_softmax(comp_logits)
     comp_ids, comp_probs = _top_k(lp_c, k)
-    return StepMetrics(
-        kl=_kl(lp_d, lp_c),
-        agreement=comp_logits.argmax(axis=-1) == np.asarray(targets),
-        dense_top_ids=dense_ids,
-        dense_top_probs=dense_probs,
+    steps = StepMetrics(
+        kl=_kl(p_d, lp_d, lp_c),
+        agreement=comp_logits.argmax(axis=-1) == targets,
+        dense_top_ids=ref.top_ids[:n, :k],
+        dense_top_probs=ref.top_probs[:n, :k],
         compressed_top_ids=comp_ids,
         compressed_top_probs=comp_probs,
     )
+    summary = _summary(lp_d[skip:], p_d[skip:], lp_c[skip:], comp_logits[skip:], targets[skip:])
+    return summary, steps
 
 
 def kept_jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from kvcore import metrics
 from kvcore.metrics import (
     attention_mass_kept,
     first_divergence,
@@ -121,3 +122,21 @@ def test_kept_jaccard_per_layer_against_sets():
     assert got[2] == 1.0 and 0.0 < got[0] < 1.0
     with pytest.raises(ValueError, match="shape"):
         kept_jaccard(a, b[:, :, :3])
+
+
+def test_compare_equals_teacher_forced_and_per_step():
+    """Session's one-pass comparison (dense side kept per prefill) gives exactly the two metrics computed apart."""
+    rng = np.random.default_rng(3)
+    dense, comp = rng.normal(size=(2, 9, 300)) * 4
+    targets = rng.integers(0, 300, 9)
+    ref = metrics.reference(dense)
+    for skip in (0, 1, 9):
+        for n in (9, 5):
+            summary, steps = metrics.compare(ref, comp[:n], targets[:n], min(skip, n))
+            s = min(skip, n)
+            np.testing.assert_equal(summary, metrics.teacher_forced(dense[s:n], comp[s:n], targets[s:n]))
+            alone = metrics.per_step(dense[:n], comp[:n], targets[:n])
+            for field in ("kl", "agreement", "dense_top_ids", "dense_top_probs", "compressed_top_ids"):
+                assert np.array_equal(getattr(steps, field), getattr(alone, field)), field
+    with pytest.raises(ValueError, match="shapes differ"):
+        metrics.compare(ref, comp[:, :10], targets, 0)
