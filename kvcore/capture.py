@@ -9,8 +9,8 @@ through `kvcore.attention` sees each layer's post-RoPE queries and cached keys a
   CPU (MLX's CPU `exp` runs at ~25 M/s: ~8.5 s per 32-head layer at 4k tokens), so `h2o="lazy"` only keeps each
   chunk's queries (in the model's dtype) and `LayerObservation.ensure_h2o()` computes the same sums, bit for bit,
   the first time a method asks; the queries are dropped then. Memory until then: H_q/(2·H_kv) × the dense cache.
-  `h2o="auto"` (Session's) picks eager sums on a GPU and lazy on a CPU (`kvcore.capture_mode`, logged); eager
-  blocks are queued with `mx.async_eval`, so the sums run on the device alongside the forward pass;
+  `h2o="auto"` (Session's) keeps the queries on a CPU, and on a GPU while they fit in a share of its free memory,
+  else computes eager sums (`kvcore.capture_mode`, logged); eager blocks are queued with `mx.async_eval`;
 - expected_attention's pre-RoPE query statistics (`kvcore.query_stats`: rope modules tapped for the capture,
   running mean and covariance, the mean future RoPE rotation), unless `query_stats=False` or the model has latent
   (MLA) layers, whose queries expected_attention does not score (`Session.check_config` refuses it there).
@@ -218,6 +218,17 @@ def _accumulate_h2o(
     return total
 
 
+def _kept_query_bytes(model: nn.Module, n_tokens: int) -> int | None:
+    """What lazy h2o would keep for this prompt: every layer's H_q queries of head_dim, in a 2-byte dtype."""
+    args = getattr(model, "args", None)
+    heads = getattr(args, "num_attention_heads", None)
+    layers = getattr(args, "num_hidden_layers", None)
+    if not isinstance(heads, int) or not isinstance(layers, int):
+        return None
+    head_dim = getattr(args, "head_dim", None) or getattr(args, "hidden_size", 0) // heads
+    return layers * heads * n_tokens * int(head_dim) * 2 if head_dim else None
+
+
 def _layer_map(cache: Sequence[Any]) -> tuple[dict[int, int], dict[int, str]]:
     layer_of, skipped = {}, {}
     for i, c in enumerate(cache):
@@ -261,7 +272,7 @@ def prefill_with_capture(
         raise ValueError(f"h2o must be True, False, 'eager', 'lazy' or 'auto', got {h2o!r}")
     _check_ids(ids, getattr(getattr(model, "args", None), "vocab_size", None))
     if h2o == "auto":
-        chosen, why = capture_mode.resolve("auto")
+        chosen, why = capture_mode.resolve("auto", _kept_query_bytes(model, len(ids)))
         capture_mode.log.info("h2o capture: %s (%s)", chosen, why)
         h2o = chosen
     h2o = True if h2o == "eager" else h2o
