@@ -203,8 +203,9 @@ def test_n_sink_above_the_kept_queries_is_refused():
 
 def test_a_freed_model_copy_changes_nothing(model_dirs):
     """A model copy prefilled, extended, freed and collected before another copy is loaded changes nothing: two
-    plain mlx-lm prefills and two captures of the new copy agree bit for bit, scores included. (Prompt ids past
-    the vocabulary once made them differ by ~3 in the keys: they read recycled memory past the embedding table.)"""
+    plain mlx-lm prefills agree bit for bit, so do two captures of the new copy, scores included, and captures equal
+    the plain prefill to rounding. (Prompt ids past the vocabulary once made them differ by ~3 in the keys: they read
+    recycled memory past the embedding table.)"""
     other = Session.load(str(model_dirs["llama"]))
     other.prefill(_ids(60, 2, other.model), n_tokens=3)
     other.extend(2)
@@ -218,9 +219,12 @@ def test_a_freed_model_copy_changes_nothing(model_dirs):
         model(mx.array([ids]), cache=cache)
         plain.append([np.array(c.keys[0, :, : len(ids)]) for c in cache])
     first, second = (capture.prefill_with_capture(model, ids, chunk_size=37) for _ in range(2))
-    for a, b, *others in zip(first.observations, second.observations, *plain, strict=True):
-        for keys in (np.array(b.keys), *others):
-            np.testing.assert_array_equal(np.array(a.keys), keys)
+    for a, b, once, again in zip(first.observations, second.observations, *plain, strict=True):
+        np.testing.assert_array_equal(np.array(a.keys), np.array(b.keys))
+        np.testing.assert_array_equal(once, again)
+        # Chunks of 37 against one pass: an optimized BLAS may round the projections of other row counts differently
+        # (OpenBLAS on an AMD EPYC: 1e-6), far below what the stray reads gave.
+        np.testing.assert_allclose(np.array(a.keys), once, rtol=0, atol=1e-5)
     a, b = (selection.rank(r.observations, "expected_attention") for r in (first, second))
     for x, y in zip(a.layers, b.layers, strict=True):
         np.testing.assert_array_equal(x.scores, y.scores)
