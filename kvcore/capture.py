@@ -57,7 +57,8 @@ class Cancelled(Exception):
 
 @dataclass
 class LayerObservation:
-    """What one plain-KVCache layer saw during prefill; every array is float32 except `keys` (cache dtype)."""
+    """What one plain-KVCache layer saw during prefill; float32 but `keys` (cache dtype) and `window_queries` and
+    `pending_queries` (the model's dtype, as the queries came)."""
 
     keys: mx.array  # [H_kv, T, head_dim], post-RoPE, a view of the cache (latent: [1, T, r+p], a copy)
     window_queries: mx.array  # [H_q, w, head_dim], post-RoPE, w = min(window, T) (latent: head_dim r+p)
@@ -106,7 +107,7 @@ class CaptureResult:
 
 @dataclass
 class _LayerState:
-    tail: mx.array | None = None  # [H_q, <=window, D]
+    tail: mx.array | None = None  # [H_q, <=window, D], the model's dtype
     sums: mx.array | None = None  # [H_q, T_so_far]
     queries: list[mx.array] = field(default_factory=list)  # h2o="lazy" only
     n_q_heads: int = 0
@@ -137,7 +138,9 @@ class _Recorder:
         state.latent = latent
         q = queries[0].astype(mx.float32)  # [H_q, N, D]
         state.n_q_heads, state.n_kv_heads, state.scale = q.shape[0], keys.shape[1], float(scale)
-        tail = q if state.tail is None else mx.concatenate([state.tail, q], axis=1)
+        # In the model's dtype, as the queries came (float32 copies would double the window's memory, twice over:
+        # the result and before_last each hold one); scoring casts it, which gives the same float32 values.
+        tail = queries[0] if state.tail is None else mx.concatenate([state.tail, queries[0]], axis=1)
         # A compact copy: a slice would keep the whole chunk's float32 queries alive (H_q·chunk·D per layer).
         state.tail = mx.contiguous(tail[:, -self.window :])
         if self.h2o == "lazy":

@@ -79,7 +79,7 @@ def effective_window(obs: LayerObservation, params: MethodParams) -> int:
 def window_attention(obs: LayerObservation, w: int) -> mx.array:
     """Causal softmax attention [H_q, w, T] of the last `w` prompt queries over all prompt keys (float32)."""
     n_tokens, group = obs.n_tokens, obs.group
-    q = obs.window_queries[:, -w:] * obs.scale  # [H_q, w, D]
+    q = obs.window_queries[:, -w:].astype(mx.float32) * obs.scale  # [H_q, w, D]
     k = obs.keys.astype(mx.float32)  # [H_kv, T, D]
     q = q.reshape(obs.n_kv_heads, group, w, -1)
     logits = q @ k.transpose(0, 2, 1)[:, None]  # [H_kv, group, w, T]

@@ -182,3 +182,28 @@ def test_kept_logits_are_one_row_copies_not_views_of_the_chunks_logits(loaded_mo
     held = mx.get_active_memory() - resident
     # The two rows (float32 at most; room for two more), never the body chunk's logits buffer (48 rows).
     assert 0 < held <= 4 * vocab * 4, f"{held} bytes held for two logits rows of {vocab}"
+
+
+def test_the_window_is_kept_in_the_models_dtype_and_scores_as_float32(model_dirs):
+    """A bf16 model's window queries stay bf16 (half the memory of float32 copies, held by the result and
+    before_last each); snapkv scores them exactly as it scores their float32 copy."""
+    import mlx_lm
+
+    from kvcore.selection import rank
+
+    model, tok = mlx_lm.load(str(model_dirs["llama"]))
+    model.set_dtype(mx.bfloat16)
+    result = capture.prefill_with_capture(
+        model, tok.encode(PROMPT * 3), window=64, chunk_size=7, hold_last=True
+    )
+    for r in (result, result.before_last):
+        assert all(o.window_queries.dtype == mx.bfloat16 for o in r.observations)
+    as_float = [
+        capture.LayerObservation(
+            o.keys, o.window_queries.astype(mx.float32), o.h2o_sums, o.n_q_heads, o.n_kv_heads, o.scale
+        )
+        for o in result.observations
+    ]
+    for method in ("snapkv", "tova"):
+        for a, b in zip(rank(result.observations, method).layers, rank(as_float, method).layers, strict=True):
+            np.testing.assert_array_equal(a.scores, b.scores)
