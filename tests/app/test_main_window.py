@@ -104,6 +104,9 @@ def ctx(qapp, model_dirs, tmp_path_factory):
         wait_until(lambda: window.model_info is not None)
         prompt = _choose_sample_prompt(window)
         ref.prefill(prompt, n_tokens=TOKENS)
+        wait_until(
+            window.sessionPanel.prefillButton.isEnabled
+        )  # the load job has finished, not just reported
         QTest.mouseClick(window.sessionPanel.prefillButton, Qt.MouseButton.LeftButton)
         wait_until(lambda: window.displayed_ids)
         yield {"window": window, "ref": ref, "calls": calls, "loads": loads, "model": model}

@@ -39,6 +39,9 @@ def test_quantized_kv_the_model_cannot_run_is_a_dialog_before_prefill(qapp, tmp_
             )
         window.controls.bitsSlider.setValue(BITS_STEPS.index(4))
         window.sessionPanel.promptEdit.setPlainText(PROMPT)
+        wait_until(
+            window.sessionPanel.prefillButton.isEnabled
+        )  # the load job has finished, not just reported
         QTest.mouseClick(window.sessionPanel.prefillButton, Qt.MouseButton.LeftButton)
         text = _dialog(window).text()
         assert why in text and "choose 16 bits" in text and "\n" not in text
