@@ -269,3 +269,32 @@ def test_regenerate_per_step_metrics_equal_the_definition(session, schedule):
     assert regen.metrics["kl_per_step"] == steps.kl.tolist()
     assert regen.metrics["agreement"] == pytest.approx(steps.agreement[skip:].mean())
     assert steps.kl[skip:].max() > 0, "2-bit streaming_llm at 20 % should change some distribution"
+
+
+def test_gpu_selection_path_compresses_to_the_same_caches(session, monkeypatch):
+    """Session on a GPU builds kept rows on the device (issue 15); forced here on the CPU, every config gives the
+    same stored bytes, kept mask and metrics as the host path."""
+    import mlx.core as mx
+
+    from kvcore import session as session_module
+
+    configs = [
+        CompressionConfig("snapkv", 0.3),
+        CompressionConfig("snapkv", 0.3, per_head=False),
+        CompressionConfig("adakv-snapkv", 0.4),
+        CompressionConfig("streaming_llm", 0.5, schedule="mlx-lm"),
+        CompressionConfig("knorm", 0.25, bits=4, group_size=32),
+    ]
+    host = [session.compress(c) for c in configs]
+    monkeypatch.setattr(session_module, "selects_on_device", lambda: True)
+    calls = []
+    real = session_module.device_select
+    monkeypatch.setattr(session_module, "device_select", lambda *a: calls.append(1) or real(*a))
+    for config, want in zip(configs, host, strict=True):
+        got = session.compress(config)
+        assert np.array_equal(got.kept, want.kept) and got.bytes_compressed == want.bytes_compressed
+        for a, b in zip(got.cache, want.cache, strict=True):
+            for x, y in zip(caches._arrays(a), caches._arrays(b), strict=True):
+                assert np.array_equal(np.asarray(x.view(mx.uint8)), np.asarray(y.view(mx.uint8)))
+        assert session.regenerate(got, 2).tokens == session.regenerate(want, 2).tokens
+    assert len(calls) == len(configs)
