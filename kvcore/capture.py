@@ -141,7 +141,7 @@ class _Recorder:
         # In the model's dtype, as the queries came (float32 copies would double the window's memory, twice over:
         # the result and before_last each hold one); scoring casts it, which gives the same float32 values.
         tail = queries[0] if state.tail is None else mx.concatenate([state.tail, queries[0]], axis=1)
-        # A compact copy: a slice would keep the whole chunk's float32 queries alive (H_q·chunk·D per layer).
+        # A compact copy: a slice would keep the whole chunk's queries alive (H_q·chunk·D per layer).
         state.tail = mx.contiguous(tail[:, -self.window :])
         if self.h2o == "lazy":
             state.queries.append(queries[0])

@@ -30,14 +30,6 @@ class LayerRanking:
     shared_order: np.ndarray  # [T] int32: priority of the mean score over heads (shared mode)
     n_always: int  # how many leading entries of each order are always-kept positions
     _flat_order: np.ndarray | None = field(default=None, repr=False)
-    _device_orders: tuple[mx.array, mx.array] | None = field(default=None, repr=False)
-
-    def device_orders(self) -> tuple[mx.array, mx.array]:
-        """`order` and `shared_order` on the device, copied once: every later selection is sorted there."""
-        if self._device_orders is None:
-            self._device_orders = (mx.array(self.order), mx.array(self.shared_order))
-            mx.eval(self._device_orders)
-        return self._device_orders
 
     def flat_order(self) -> np.ndarray:
         """adakv's cross-head priority of all (head, rank) slots as head * T + rank; computed on first use."""
@@ -56,18 +48,19 @@ class Ranking:
     n_tokens: int
     layers: list[LayerRanking | None]
     seconds: float  # scoring + ranking time
-    _device_stack: tuple[mx.array, dict[int, int]] | None = field(default=None, repr=False)
+    _device_stack: tuple[mx.array, mx.array, dict[int, int]] | None = field(default=None, repr=False)
 
-    def device_stack(self) -> tuple[mx.array, dict[int, int]] | None:
-        """Every ranked layer's per-head `order` stacked on the device, [L', H_kv, T], copied once, with each
-        layer's row in it: one sort then serves all layers of a budget. None when the layers' shapes differ."""
-        ranked = [(i, r.order) for i, r in enumerate(self.layers) if r is not None]
-        if not ranked or len({o.shape for _, o in ranked}) != 1:
+    def device_stack(self) -> tuple[mx.array, mx.array, dict[int, int]] | None:
+        """Every ranked layer's `order` [L', H_kv, T] and `shared_order` [L', T] stacked on the device, copied once,
+        with each layer's row in them: one sort then serves all layers of a budget. None when shapes differ."""
+        ranked = [(i, r) for i, r in enumerate(self.layers) if r is not None]
+        if not ranked or len({r.order.shape for _, r in ranked}) != 1:
             return None
         if self._device_stack is None:
-            stack = mx.array(np.stack([o for _, o in ranked]))
-            mx.eval(stack)
-            self._device_stack = (stack, {i: j for j, (i, _) in enumerate(ranked)})
+            order = mx.array(np.stack([r.order for _, r in ranked]))
+            shared = mx.array(np.stack([r.shared_order for _, r in ranked]))
+            mx.eval(order, shared)
+            self._device_stack = (order, shared, {i: j for j, (i, _) in enumerate(ranked)})
         return self._device_stack
 
 
@@ -175,52 +168,38 @@ def selects_on_device() -> bool:
     return mx.default_device().type == mx.gpu
 
 
-def device_select(ranking: Ranking, selection: Sequence[LayerSelection]) -> list[mx.array | None]:
+def device_select(ranking: Ranking, selection: Sequence[LayerSelection]) -> list[mx.array | None] | None:
     """`selection` (select()'s for this ranking) built again on the device from the ranking's orders, so a slider
     move sends no indices: each layer's kept rows are the sorted first counts of its order, as select() takes them.
 
     Ragged layers come padded with 0 past each head's count, as `kvcore.index_checks.host_indices` pads them.
+    None when the layers' orders differ in shape (no stack): the caller sends the host's indices instead.
     """
-    out: list[mx.array | None] = []
-    stacked = _stacked_per_head(ranking, selection)
+    found = ranking.device_stack()
+    if found is None:
+        return None
+    order, shared, row = found
+    out: list[mx.array | None] = [None] * len(selection)
+    by_n: dict[int, list[int]] = {}  # per-head layers by budget: one sort each
     for i, (layer, kept) in enumerate(zip(ranking.layers, selection, strict=True)):
         if layer is None or kept is None:
-            out.append(None)
-        elif i in stacked:
-            out.append(stacked[i])
-        elif ranking.method.keeps_everything:
-            out.append(mx.arange(ranking.n_tokens, dtype=mx.int32))
+            continue
+        if ranking.method.keeps_everything:
+            out[i] = mx.arange(ranking.n_tokens, dtype=mx.int32)
         elif isinstance(kept, list):
-            order, _ = layer.device_orders()
             counts = np.array([len(k) for k in kept], dtype=np.int32)
             width, past = int(counts.max()), ranking.n_tokens
-            prefix = order[:, :width]
             beyond = mx.arange(width, dtype=mx.int32)[None, :] >= mx.array(counts)[:, None]
-            ordered = mx.sort(mx.where(beyond, past, prefix), axis=1)
-            out.append(mx.where(ordered == past, 0, ordered))
+            ordered = mx.sort(mx.where(beyond, past, order[row[i], :, :width]), axis=1)
+            out[i] = mx.where(ordered == past, 0, ordered)
         elif kept.ndim == 1:
-            out.append(mx.sort(layer.device_orders()[1][: kept.shape[0]]))
+            out[i] = mx.sort(shared[row[i], : kept.shape[0]])
         else:
-            out.append(mx.sort(layer.device_orders()[0][:, : kept.shape[1]], axis=1))
-    return out
-
-
-def _stacked_per_head(ranking: Ranking, selection: Sequence[LayerSelection]) -> dict[int, mx.array]:
-    """The per-head [H_kv, n] layers, one sort per budget n over the stacked orders (uniform budgets: one sort)."""
-    if ranking.method.keeps_everything:
-        return {}
-    by_n: dict[int, list[int]] = {}
-    for i, kept in enumerate(selection):
-        if isinstance(kept, np.ndarray) and kept.ndim == 2:
             by_n.setdefault(kept.shape[1], []).append(i)
-    found = ranking.device_stack() if by_n else None
-    if found is None:
-        return {}
-    stack, row = found
-    out = {}
     for n, layers in by_n.items():
         rows = [row[i] for i in layers]
-        part = stack if rows == list(range(stack.shape[0])) else stack[mx.array(rows)]
+        part = order if rows == list(range(order.shape[0])) else order[mx.array(rows)]
         ordered = mx.sort(part[:, :, :n], axis=-1)
-        out.update({i: ordered[k] for k, i in enumerate(layers)})
+        for k, i in enumerate(layers):
+            out[i] = ordered[k]
     return out

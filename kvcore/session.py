@@ -250,9 +250,8 @@ class Session:
         self.prompt_ids: list[int] = []
         self.dense_tokens: list[int] = []
         self._dense_logits: dict[str, np.ndarray] = {}
-        self._dense_reference: dict[
-            str, tuple[np.ndarray, metrics.Reference]
-        ] = {}  # by `_dense_logits` array
+        # Per schedule: the `_dense_logits` array and its metrics.Reference, kept while that array is current.
+        self._dense_reference: dict[str, tuple[np.ndarray, metrics.Reference]] = {}
         self._dense_decode_cache: list[Any] | None = None
         self._packed: tuple[tuple[int, int, str], list[Any]] | None = None
         self.prefill_ms = 0.0

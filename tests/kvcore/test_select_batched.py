@@ -1,5 +1,7 @@
 """The batched select_positions (issue 15) builds the same caches, bit for bit, as the per-layer path before it."""
 
+from dataclasses import replace
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -117,3 +119,12 @@ def test_device_selection_sorts_each_budget_of_the_stack(captured):
     assert len({s.shape[1] for s in sel if s is not None}) > 1
     on_device = device_select(ranking, sel)
     assert all(np.array_equal(np.asarray(d), s) for d, s in zip(on_device, sel, strict=True) if s is not None)
+
+
+def test_device_selection_declines_orders_of_different_shapes(captured):
+    """Without one stack of orders (layers of different shapes) device_select says so, and the host path serves."""
+    _, cap = captured["llama"]
+    ranking = rank(cap.observations, "knorm")
+    first = ranking.layers[0]
+    ranking.layers[0] = replace(first, order=first.order[:1], scores=first.scores[:1])
+    assert device_select(ranking, select(rank(cap.observations, "knorm"), 0.5)) is None
