@@ -292,16 +292,99 @@ def _make_synthetic(seed: int) -> np.ndarray:
     return np.asarray(ids[: _WORKER["seq"] + 1], dtype=np.uint16)
 
 
-def make_synthetic(texts: list[str], tokenizer_path: Path, n_docs: int, seq: int, seed: int, workers: int):
-    """`n_docs` synthetic sequences of seq + 1 tokens, generated in parallel (fork shares the corpus)."""
-    import multiprocessing as mp
+class SyntheticStream:
+    """Synthetic sequences made by a worker pool while the GPU trains, `ahead` rows ahead of use.
 
-    if n_docs == 0:
-        return np.zeros((0, seq + 1), dtype=np.uint16)
-    ctx = mp.get_context("fork")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(texts, str(tokenizer_path), seq)) as pool:
-        rows = pool.map(_make_synthetic, range(seed * 10_000_000, seed * 10_000_000 + n_docs), chunksize=64)
-    return np.stack(rows)
+    Row i is always the document of seed `seed * 10_000_000 + i`, however fast the workers run, so a run resumed
+    at row k continues exactly the sequence an unpaused run would have used (fork shares the corpus; the pool is
+    forked before CUDA starts)."""
+
+    def __init__(
+        self,
+        texts: list[str],
+        tokenizer_path: Path,
+        seq: int,
+        seed: int,
+        workers: int,
+        start: int = 0,
+        ahead: int = 16_384,
+        block: int = 2_048,
+    ) -> None:
+        import multiprocessing as mp
+        import threading
+
+        self.seq, self.next = seq, start
+        self._base = seed * 10_000_000
+        self._block, self._ahead = block, ahead
+        self._rows: dict[int, np.ndarray] = {}
+        self._made = start
+        self._cond = threading.Condition()
+        self._stop = False
+        self._error: BaseException | None = None
+        ctx = mp.get_context("fork")
+        self._pool = ctx.Pool(workers, initializer=_init_worker, initargs=(texts, str(tokenizer_path), seq))
+        self._thread = threading.Thread(target=self._fill, daemon=True)
+        self._thread.start()
+
+    def _fill(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._stop and self._made - self.next >= self._ahead:
+                        self._cond.wait(0.5)
+                    if self._stop:
+                        return
+                    first = self._made
+                seeds = range(self._base + first, self._base + first + self._block)
+                rows = self._pool.map(_make_synthetic, seeds, chunksize=32)
+                with self._cond:
+                    for i, row in enumerate(rows):
+                        self._rows[first + i] = row
+                    self._made = first + len(rows)
+                    self._cond.notify_all()
+        except BaseException as exc:  # surfaced by take(): a dead producer must not hang training
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    def take(self, n: int) -> np.ndarray:
+        """The next `n` rows (waits for the workers when training outruns them)."""
+        with self._cond:
+            while self._made < self.next + n:
+                if self._error is not None:
+                    raise RuntimeError("synthetic document workers failed") from self._error
+                self._cond.wait(0.5)
+            rows = [self._rows.pop(i) for i in range(self.next, self.next + n)]
+            self.next += n
+            self._cond.notify_all()
+        return np.stack(rows)
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._pool.terminate()
+
+
+def encoded_ids(args, tok, corpus: Corpus, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Training and held-out ids; with --ids-cache, encoded once and read back by later pieces (keyed by the
+    corpus's content hash and the stdlib weight, loaded without pickle)."""
+    key = f"{corpus.describe()['train_content_sha256'][:16]}-x{args.stdlib_weight}"
+    paths = [args.ids_cache / f"{key}-{part}.npy" for part in ("train", "heldout")] if args.ids_cache else []
+    if paths and all(p.exists() for p in paths):
+        return tuple(np.load(p, allow_pickle=False) for p in paths)
+    stdlib_docs = [d for d in corpus.train if d[0].startswith("stdlib/")]
+    ids = (
+        encode(tok, corpus.train + stdlib_docs * (args.stdlib_weight - 1), eos_id),
+        encode(tok, corpus.heldout, eos_id),
+    )
+    for path, array in zip(paths, ids, strict=True):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.stem + ".tmp.npy")
+        np.save(tmp, array, allow_pickle=False)
+        os.replace(tmp, path)
+    return ids
 
 
 def unigram_baseline(train_ids: np.ndarray, heldout_ids: np.ndarray, vocab: int) -> dict:
@@ -331,10 +414,69 @@ def mlx_config(vocab_size: int, eos_id: int, dtype: str) -> dict:
     }
 
 
-def train_model(args, train_ids: np.ndarray, synthetic: np.ndarray, vocab_size: int, eos_id: int, log):
+def save_checkpoint(path: Path, model, opt, gen, state: dict) -> None:
+    """Model, AdamW moments and the sampler's RNG as safetensors, the counters as JSON (nothing is pickled).
+
+    Lets one training run span two device sessions; written to a temp name and renamed, so a run killed mid-write
+    leaves the previous checkpoint whole."""
+    from safetensors.torch import save_file
+
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    opt_state = opt.state_dict()
+    for pid, entry in opt_state["state"].items():
+        for key, value in entry.items():
+            tensors[f"opt.{pid}.{key}"] = (
+                value.detach().reshape(-1).contiguous() if value.dim() == 0 else value
+            )
+    tensors["rng"] = gen.get_state()
+    groups = [
+        {k: v for k, v in g.items() if k != "params"} | {"params": g["params"]}
+        for g in opt_state["param_groups"]
+    ]
+    tmp = path.with_name(path.name + ".tmp")
+    save_file({k: v.cpu() for k, v in tensors.items() if k != "model.lm_head.weight"}, str(tmp))
+    meta = path.with_suffix(".json")
+    meta_tmp = meta.with_name(meta.name + ".tmp")
+    meta_tmp.write_text(json.dumps({**state, "param_groups": groups}, indent=1))
+    os.replace(tmp, path)
+    os.replace(meta_tmp, meta)
+
+
+def load_checkpoint(path: Path, model, opt, gen, device) -> dict:
+    """The inverse of `save_checkpoint`; returns the counters."""
+    import torch
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path), device=str(device))
+    meta = json.loads(path.with_suffix(".json").read_text())
+    loaded = model.load_state_dict(
+        {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False
+    )
+    if loaded.unexpected_keys or set(loaded.missing_keys) - {"lm_head.weight"}:
+        raise RuntimeError(f"checkpoint does not fit the model: {loaded}")
+    state: dict = {}
+    for key, value in tensors.items():
+        if key.startswith("opt."):
+            _, pid, name = key.split(".", 2)
+            state.setdefault(int(pid), {})[name] = value.reshape(()) if name == "step" else value
+    opt.load_state_dict({"state": state, "param_groups": meta.pop("param_groups")})
+    gen.set_state(tensors["rng"].to("cpu", torch.uint8))
+    return meta
+
+
+def checkpoint_counters(path: Path | None) -> dict:
+    """The counters of a saved checkpoint (empty when there is none): where the synthetic stream resumes."""
+    if path is None or not path.exists():
+        return {}
+    return json.loads(path.with_suffix(".json").read_text())
+
+
+def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id: int, log):
     """AdamW + cosine on random windows; `synthetic_share` of every batch is synthetic retrieval documents.
 
-    The last `long_frac` of progress runs at `long_seq` (with --seq-len = --long-seq, 2048 throughout)."""
+    The last `long_frac` of progress runs at `long_seq` (with --seq-len = --long-seq, 2048 throughout). With
+    --checkpoint, a run resumes from it when it exists and, after --pause-after-min, saves it and returns
+    `paused`: the cosine follows the whole --time-budget-min across the pieces."""
     import torch
     import torch.nn.functional as F
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -368,22 +510,36 @@ def train_model(args, train_ids: np.ndarray, synthetic: np.ndarray, vocab_size: 
         fused=device.type == "cuda",
     )
     data = torch.from_numpy(train_ids.astype(np.int64)).to(device)
-    syn = torch.from_numpy(synthetic.astype(np.int64)).to(device) if len(synthetic) else None
-    syn_next = 0
     gen = torch.Generator(device=device).manual_seed(args.seed)
     amp = device.type == "cuda"
     budget_s = args.time_budget_min * 60 if args.time_budget_min else None
+    pause_s = args.pause_after_min * 60 if args.pause_after_min else None
+    step, tokens, before_s, pieces = 0, 0, 0.0, 1
+    if args.checkpoint and args.checkpoint.exists():
+        done = load_checkpoint(args.checkpoint, model, opt, gen, device)
+        step, tokens, before_s, pieces = (
+            done["step"],
+            done["tokens"],
+            done["train_seconds"],
+            done["pieces"] + 1,
+        )
+        if synthetic is not None and synthetic.next != done["synthetic_next"]:
+            raise RuntimeError("the synthetic stream must start where the checkpoint stopped")
+        log(f"resumed at step {step} after {before_s:.0f} s of training (piece {pieces})")
     t0 = time.time()
-    step, tokens, progress = 0, 0, 0.0
+    paused = False
     model.train()
     while step < args.steps:
-        elapsed = time.time() - t0
+        elapsed = before_s + time.time() - t0
         progress = step / args.steps
         if budget_s:
             if elapsed >= budget_s:
                 log(f"time budget reached at step {step}")
                 break
             progress = max(progress, elapsed / budget_s)
+        if pause_s and time.time() - t0 >= pause_s:
+            paused = True
+            break
         long = progress >= 1.0 - args.long_frac
         seq = args.long_seq if long else args.seq_len
         bsz = max(1, args.batch_size * args.seq_len // seq)
@@ -393,13 +549,12 @@ def train_model(args, train_ids: np.ndarray, synthetic: np.ndarray, vocab_size: 
             lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
         for g in opt.param_groups:
             g["lr"] = lr
-        n_syn = round(args.synthetic_share * bsz) if syn is not None and seq == syn.shape[1] - 1 else 0
+        n_syn = round(args.synthetic_share * bsz) if synthetic is not None and seq == synthetic.seq else 0
         starts = torch.randint(0, data.numel() - seq - 1, (bsz - n_syn,), device=device, generator=gen)
         window = data[starts[:, None] + torch.arange(seq + 1, device=device)]
         if n_syn:
-            rows = torch.arange(syn_next, syn_next + n_syn, device=device) % syn.shape[0]
-            syn_next += n_syn
-            window = torch.cat([window, syn[rows]])
+            rows = torch.from_numpy(synthetic.take(n_syn).astype(np.int64)).to(device)
+            window = torch.cat([window, rows])
         try:
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 logits = forward(input_ids=window[:, :-1]).logits
@@ -419,16 +574,36 @@ def train_model(args, train_ids: np.ndarray, synthetic: np.ndarray, vocab_size: 
         if step % args.log_every == 0 or step == 1:
             log(
                 f"step {step:5d} seq {seq} loss {loss.item():.4f} lr {lr:.2e} "
-                f"{time.time() - t0:7.1f}s {tokens / (time.time() - t0):,.0f} tok/s"
+                f"{before_s + time.time() - t0:7.1f}s {tokens / (before_s + time.time() - t0):,.0f} tok/s"
             )
+    syn_used = synthetic.next if synthetic is not None else 0
     stats = {
-        "synthetic_sequences_used": syn_next,
+        "synthetic_sequences_used": syn_used,
         "steps": step,
         "tokens_seen": tokens,
-        "train_seconds": round(time.time() - t0, 1),
-        "final_train_loss": float(loss.item()),
+        "train_seconds": round(before_s + time.time() - t0, 1),
+        "pieces": pieces,
+        "final_train_loss": float(loss.item()) if step else float("nan"),
         "parameters": n_params,
+        "paused": paused,
     }
+    if synthetic is not None:
+        synthetic.close()
+    if paused:
+        save_checkpoint(
+            args.checkpoint,
+            model,
+            opt,
+            gen,
+            {
+                "step": step,
+                "tokens": tokens,
+                "train_seconds": stats["train_seconds"],
+                "pieces": pieces,
+                "synthetic_next": syn_used,
+            },
+        )
+        log(f"paused at step {step} after {stats['train_seconds']:.0f} s; checkpoint {args.checkpoint}")
     return model, stats
 
 
@@ -577,7 +752,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="times each standard-library file is in the code mixture (the held-out code is stdlib style)",
     )
     p.add_argument(
-        "--synthetic-docs", type=int, default=0, help="distinct synthetic sequences (0: one per use)"
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="resume from this file when it exists; with --pause-after-min, save it there and stop",
+    )
+    p.add_argument(
+        "--pause-after-min", type=float, default=0.0, help="train this long in this process, then checkpoint"
+    )
+    p.add_argument(
+        "--ids-cache", type=Path, default=None, help="folder keeping the encoded corpus between pieces"
     )
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument(
@@ -627,9 +811,7 @@ def main(argv: list[str] | None = None) -> int:
         write_slice(tok, corpus.heldout, args.slice_out, args.slice_tokens)
     if args.stop_after == "tokenizer":
         return 0
-    stdlib_docs = [d for d in corpus.train if d[0].startswith("stdlib/")]
-    train_ids = encode(tok, corpus.train + stdlib_docs * (args.stdlib_weight - 1), eos_id)
-    heldout_ids = encode(tok, corpus.heldout, eos_id)
+    train_ids, heldout_ids = encoded_ids(args, tok, corpus, eos_id)
     log(
         f"tokens: train {len(train_ids):,} (standard library x{args.stdlib_weight}), "
         f"held-out {len(heldout_ids):,}"
@@ -637,21 +819,23 @@ def main(argv: list[str] | None = None) -> int:
     baseline = unigram_baseline(train_ids, heldout_ids, vocab_size)
     log(f"unigram baseline: {baseline}")
 
-    planned = args.synthetic_docs or int(args.synthetic_share * args.batch_size * args.steps) + 1
-    if args.time_budget_min and not args.synthetic_docs:
-        planned = min(planned, int(args.synthetic_share * args.batch_size * args.time_budget_min * 1400) + 1)
-    synthetic = make_synthetic(
-        [t for _, t in corpus.train],
-        args.out / "tokenizer.json",
-        planned if args.synthetic_share > 0 else 0,
-        args.long_seq,
-        args.seed,
-        args.workers,
-    )
-    log(f"synthetic: {len(synthetic):,} sequences of {args.long_seq + 1} tokens")
+    synthetic = None
+    if args.synthetic_share > 0:
+        start = checkpoint_counters(args.checkpoint).get("synthetic_next", 0)
+        synthetic = SyntheticStream(
+            [t for _, t in corpus.train],
+            args.out / "tokenizer.json",
+            args.long_seq,
+            args.seed,
+            args.workers,
+            start,
+        )
+        log(f"synthetic: sequences of {args.long_seq + 1} tokens made while training, from row {start:,}")
 
     model, stats = train_model(args, train_ids, synthetic, vocab_size, eos_id, log)
     log(f"trained: {stats}")
+    if stats["paused"]:
+        return 0
     heldout = evaluate(model, heldout_ids, 1024, args.device)
     heldout_long = evaluate(model, heldout_ids, args.long_seq, args.device)
     log(f"held-out @1024: {heldout}")
