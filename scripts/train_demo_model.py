@@ -514,7 +514,7 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
     amp = device.type == "cuda"
     budget_s = args.time_budget_min * 60 if args.time_budget_min else None
     pause_s = args.pause_after_min * 60 if args.pause_after_min else None
-    step, tokens, before_s, pieces = 0, 0, 0.0, 1
+    step, tokens, before_s, pieces, commands = 0, 0, 0.0, 1, []
     if args.checkpoint and args.checkpoint.exists():
         done = load_checkpoint(args.checkpoint, model, opt, gen, device)
         step, tokens, before_s, pieces = (
@@ -523,6 +523,7 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
             done["train_seconds"],
             done["pieces"] + 1,
         )
+        commands = done.get("commands", [])
         if synthetic is not None and synthetic.next != done["synthetic_next"]:
             raise RuntimeError("the synthetic stream must start where the checkpoint stopped")
         log(f"resumed at step {step} after {before_s:.0f} s of training (piece {pieces})")
@@ -586,6 +587,7 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
         "final_train_loss": float(loss.item()) if step else float("nan"),
         "parameters": n_params,
         "paused": paused,
+        "piece_commands": [*commands, " ".join(sys.argv)],
     }
     if synthetic is not None:
         synthetic.close()
@@ -601,6 +603,7 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
                 "train_seconds": stats["train_seconds"],
                 "pieces": pieces,
                 "synthetic_next": syn_used,
+                "commands": stats["piece_commands"],
             },
         )
         log(f"paused at step {step} after {stats['train_seconds']:.0f} s; checkpoint {args.checkpoint}")
