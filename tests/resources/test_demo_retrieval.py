@@ -3,13 +3,14 @@
 Probes from the project's generator with seeds, names, values and filler the training never saw (filler is held-out
 standard-library code), 560–1,750 tokens, needle depth uniform in [0.1, 0.9], values of 1–3 tokens, papers'
 schedule. Measured when the model was trained (TRAINING.md):
-- 30 probes in the 15 trained syntactic forms: dense 0.933, snapkv@25 % 0.767, snapkv@50 % 0.933, adakv@25 % 0.933,
-  streaming_llm@25 % 0.233, random@25 % 0.033.
-- 40 probes in the 10 held-out forms (templates the training never saw): dense 0.750, snapkv@25 % 0.550,
-  snapkv@50 % 0.750, adakv@25 % 0.625, streaming_llm@25 % 0.275, random@25 % 0.075. The ordering holds; the
-  issue's absolute targets on unseen forms (dense >= 0.9, snapkv >= 0.7 / 0.8) are not reached.
-streaming_llm keeps the sinks and the most recent quarter, so it recalls needles bound near the end (and word values
-it can guess): above the issue's 0.2 by one probe on the trained forms, by three on the held-out ones.
+- 30 probes in the 15 trained syntactic forms: dense 0.967, snapkv@25 % 0.933, snapkv@50 % 0.967, adakv@25 % 0.933,
+  streaming_llm@25 % 0.233, random@25 % 0.000.
+- 40 probes in the 10 held-out forms (templates the training never saw): dense 0.850, snapkv@25 % 0.775,
+  snapkv@50 % 0.850, adakv@25 % 0.850, streaming_llm@25 % 0.225, random@25 % 0.100. The issue's snapkv targets
+  (>= 0.7 at 25 %, >= 0.8 at 50 %) hold on unseen forms; dense >= 0.9 does not (0.85).
+streaming_llm keeps the sinks and the most recent quarter, so it recalls the needles bound near the end (depth
+>= 0.71: 5 of its 7 hits on the trained forms, 7 of 9 on the held-out ones) and a few it guesses (depths 0.29-0.59):
+0.233 / 0.225, above the issue's 0.2 by a probe.
 """
 
 from __future__ import annotations
@@ -68,23 +69,25 @@ def test_dense_recalls_unseen_needles(trained_forms):
 
 
 def test_snapkv_keeps_what_the_question_asks_for(trained_forms):
-    assert trained_forms["snapkv25"] >= 0.7, trained_forms
-    assert trained_forms["snapkv50"] >= 0.8, trained_forms
+    assert trained_forms["snapkv25"] >= 0.85, trained_forms
+    assert trained_forms["snapkv50"] >= 0.9, trained_forms
     assert trained_forms["adakv25"] >= trained_forms["snapkv25"] - 0.05, trained_forms
 
 
 def test_query_blind_methods_lose_the_needle(trained_forms):
-    assert trained_forms["random25"] <= 0.3, trained_forms
+    assert trained_forms["random25"] <= 0.1, trained_forms
     assert trained_forms["streaming25"] <= 0.3, trained_forms
-    assert trained_forms["adakv25"] >= trained_forms["streaming25"] + 0.5, trained_forms
+    assert trained_forms["adakv25"] >= trained_forms["streaming25"] + 0.6, trained_forms
 
 
-def test_held_out_forms_keep_the_ordering(held_out_forms):
+def test_held_out_forms_meet_the_snapkv_targets_and_keep_the_ordering(held_out_forms):
     recall = held_out_forms
-    assert recall[DENSE] >= 0.7, recall
+    assert recall[DENSE] >= 0.8, recall
+    assert recall["snapkv25"] >= 0.7, recall
+    assert recall["snapkv50"] >= 0.8, recall
     assert recall["snapkv50"] >= recall[DENSE] - 0.05, recall
     assert recall["adakv25"] >= recall["snapkv25"] - 0.05, recall
     assert (
-        min(recall["snapkv25"], recall["adakv25"]) >= max(recall["streaming25"], recall["random25"]) + 0.2
+        min(recall["snapkv25"], recall["adakv25"]) >= max(recall["streaming25"], recall["random25"]) + 0.4
     ), recall
-    assert recall["random25"] <= 0.3, recall
+    assert recall["random25"] <= 0.2, recall
