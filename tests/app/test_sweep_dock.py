@@ -109,13 +109,24 @@ def test_hover_names_the_point_and_click_applies_its_configuration(ctx, swept):
     window, ref = ctx
     plot = window.sweepPanel.frontier
     current = window.controls.config()
-    index = next(
-        i
-        for i, p in enumerate(window.sweeping.points())
-        if (p.config.method, p.config.ratio) != (current["method"], current["ratio"])
-        and p.config.method == "h2o"
+    points = window.sweeping.points()
+    spots = [plot.widget_position(i) for i in range(len(points))]
+
+    def clearance(i: int) -> int:
+        """Pixels to the nearest other point: hover picks the nearest, so the one clicked must stand apart."""
+        return min((spots[i] - spots[j]).manhattanLength() for j in range(len(points)) if j != i)
+
+    index = max(
+        (
+            i
+            for i, p in enumerate(points)
+            if (p.config.method, p.config.ratio) != (current["method"], current["ratio"])
+            and p.config.method == "h2o"
+        ),
+        key=clearance,
     )
-    point = window.sweeping.points()[index]
+    assert clearance(index) >= 6, "every h2o point sits on another one"
+    point = points[index]
     QTest.mouseMove(plot.view.viewport(), plot.widget_position(index))
     wait_until(lambda: plot.view.toolTip() == point_text(point))
 
