@@ -367,10 +367,10 @@ class SyntheticStream:
         self._pool.terminate()
 
 
-def encoded_ids(args, tok, corpus: Corpus, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+def encoded_ids(args, tok, corpus: Corpus, content_sha256: str, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
     """Training and held-out ids; with --ids-cache, encoded once and read back by later pieces (keyed by the
     corpus's content hash and the stdlib weight, loaded without pickle)."""
-    key = f"{corpus.describe()['train_content_sha256'][:16]}-x{args.stdlib_weight}"
+    key = f"{content_sha256[:16]}-x{args.stdlib_weight}"
     paths = [args.ids_cache / f"{key}-{part}.npy" for part in ("train", "heldout")] if args.ids_cache else []
     if paths and all(p.exists() for p in paths):
         return tuple(np.load(p, allow_pickle=False) for p in paths)
@@ -429,15 +429,11 @@ def save_checkpoint(path: Path, model, opt, gen, state: dict) -> None:
                 value.detach().reshape(-1).contiguous() if value.dim() == 0 else value
             )
     tensors["rng"] = gen.get_state()
-    groups = [
-        {k: v for k, v in g.items() if k != "params"} | {"params": g["params"]}
-        for g in opt_state["param_groups"]
-    ]
     tmp = path.with_name(path.name + ".tmp")
     save_file({k: v.cpu() for k, v in tensors.items() if k != "model.lm_head.weight"}, str(tmp))
     meta = path.with_suffix(".json")
     meta_tmp = meta.with_name(meta.name + ".tmp")
-    meta_tmp.write_text(json.dumps({**state, "param_groups": groups}, indent=1))
+    meta_tmp.write_text(json.dumps({**state, "param_groups": opt_state["param_groups"]}, indent=1))
     os.replace(tmp, path)
     os.replace(meta_tmp, meta)
 
@@ -814,7 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         write_slice(tok, corpus.heldout, args.slice_out, args.slice_tokens)
     if args.stop_after == "tokenizer":
         return 0
-    train_ids, heldout_ids = encoded_ids(args, tok, corpus, eos_id)
+    train_ids, heldout_ids = encoded_ids(args, tok, corpus, desc["train_content_sha256"], eos_id)
     log(
         f"tokens: train {len(train_ids):,} (standard library x{args.stdlib_weight}), "
         f"held-out {len(heldout_ids):,}"
