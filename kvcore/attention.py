@@ -7,7 +7,8 @@ Two things need more than that:
   per layer and per head, so the shared mask cannot express it: such a cache offers
   `per_head_mask(n_queries, n_q_heads, dtype)` ([1, n_q_heads or H_kv, n_queries, T_kv], causal part included;
   bool, or additive in the queries' dtype for one query on the fast path)
-  and it replaces the shared mask for that layer;
+  and it replaces the shared mask for that layer. On CUDA a decode step over such a float layer runs
+  `kvcore.kernels.ragged_decode` instead, which reads only each head's real rows (no mask);
 - capture needs the post-RoPE queries, which `mx.fast.scaled_dot_product_attention` never returns (mlx issue
   2590): an observer set with `observing()` sees every call on its own thread. A latent (MLA) layer's call is
   shown to it in the form attention uses (`kvcore.mla`: one kv-head, queries and keys in latent space,
@@ -30,6 +31,7 @@ from mlx_lm.models import base as mlx_base
 
 from kvcore import mla
 from kvcore.defaults import UNQUANTIZED_BITS
+from kvcore.kernels import ragged_decode
 
 _NAME = "scaled_dot_product_attention"
 _ORIGINAL = "_kvlens_original_sdpa"
@@ -61,6 +63,8 @@ def sdpa(
         else:
             observer(*latent, cache, scale, "causal", latent=True)
     per_head = getattr(cache, "per_head_mask", None)
+    if per_head is not None and sinks is None and ragged_decode.applies(queries, keys, cache):
+        return ragged_decode.attend(queries, keys, values, cache.ragged_meta(), scale)
     if per_head is not None:
         # The fast path wants the mask per query head; mlx-lm's quantized path takes it per kv-head.
         quantized = hasattr(cache, "bits")

@@ -124,6 +124,7 @@ class _SparseRows:
         self._n_rows = 0
         self._pad_valid: mx.array | None = None
         self._decode_valid: tuple[tuple[int, str], mx.array] | None = None
+        self._ragged_meta: mx.array | None = None
         self._selection_np: np.ndarray | None = None
 
     def _set_rows(
@@ -136,6 +137,7 @@ class _SparseRows:
         self.offset = int(offset)
         self._pad_valid = None
         self._decode_valid = None
+        self._ragged_meta = None
         self._selection_np = None
 
     # Stored form: subclasses turn new fp keys into their stored parts and back.
@@ -269,6 +271,15 @@ class _SparseRows:
             cached = (key, mask)
             self._decode_valid = cached
         return cached[1][..., :n_rows]
+
+    def ragged_meta(self) -> mx.array:
+        """int32 [H_kv + 1]: each head's real selection rows, then the padded width (`kvcore.kernels.ragged_decode`
+        reads only those rows and the appended ones); made once per selection."""
+        if self._ragged_meta is None:
+            meta = np.append(self._prefix_counts, self.n_prefix).astype(np.int32)
+            self._ragged_meta = mx.array(meta)
+            mx.eval(self._ragged_meta)
+        return self._ragged_meta
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
         n_new = keys.shape[2]
