@@ -9,8 +9,10 @@ through `kvcore.attention` sees each layer's post-RoPE queries and cached keys a
   CPU (MLX's CPU `exp` runs at ~25 M/s: ~8.5 s per 32-head layer at 4k tokens), so `h2o="lazy"` only keeps each
   chunk's queries (in the model's dtype) and `LayerObservation.ensure_h2o()` computes the same sums, bit for bit,
   the first time a method asks; the queries are dropped then. Memory until then: H_q/(2·H_kv) × the dense cache.
-  `h2o="auto"` (Session's) keeps the queries on a CPU, and on a GPU while they fit in a share of its free memory,
-  else computes eager sums (`kvcore.capture_mode`, logged); eager blocks are queued with `mx.async_eval`;
+  `h2o="auto"` (Session's) keeps the queries on a CPU; on CUDA it computes eager sums with kvcore's fused kernels
+  (`kvcore.kernels.h2o_sums`: no score is written, no query kept); on another GPU (Metal) it keeps the queries
+  while they fit in a share of its free memory, else computes eager sums (`kvcore.capture_mode`, logged); eager
+  work is queued with `mx.async_eval`;
 - expected_attention's pre-RoPE query statistics (`kvcore.query_stats`: rope modules tapped for the capture,
   running mean and covariance, the mean future RoPE rotation), unless `query_stats=False` or the model has latent
   (MLA) layers, whose queries expected_attention does not score (`Session.check_config` refuses it there).
@@ -44,6 +46,7 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from kvcore import attention, caches, capture_mode, mla
 from kvcore import query_stats as query_stats_module
 from kvcore.defaults import DEFAULT_WINDOW
+from kvcore.kernels import h2o_sums
 
 # Upper bound on the elements of one block of attention probabilities [H_q, block, T] (64 MiB in float32).
 BLOCK_ELEMENTS = 1 << 24
@@ -88,7 +91,7 @@ class LayerObservation:
             sums, stop = None, 0
             for q in self.pending_queries:
                 stop += q.shape[1]
-                sums = _accumulate_h2o(sums, q.astype(mx.float32), self.keys[:, :stop], self.scale)
+                sums = _accumulate_h2o(sums, q, self.keys[:, :stop], self.scale)
             self.h2o_sums, self.pending_queries = sums, None
         return self.h2o_sums
 
@@ -136,8 +139,7 @@ class _Recorder:
             return
         state = self.states.setdefault(layer, _LayerState())
         state.latent = latent
-        q = queries[0].astype(mx.float32)  # [H_q, N, D]
-        state.n_q_heads, state.n_kv_heads, state.scale = q.shape[0], keys.shape[1], float(scale)
+        state.n_q_heads, state.n_kv_heads, state.scale = queries.shape[1], keys.shape[1], float(scale)
         # In the model's dtype, as the queries came (float32 copies would double the window's memory, twice over:
         # the result and before_last each hold one); scoring casts it, which gives the same float32 values.
         tail = queries[0] if state.tail is None else mx.concatenate([state.tail, queries[0]], axis=1)
@@ -146,7 +148,7 @@ class _Recorder:
         if self.h2o == "lazy":
             state.queries.append(queries[0])
         elif self.h2o:
-            state.sums = _accumulate_h2o(state.sums, q, keys[0], float(scale), wait=False)
+            state.sums = _accumulate_h2o(state.sums, queries[0], keys[0], float(scale), wait=False)
         # Queued now, not with the chunk's logits: otherwise the graph keeps every layer's chunk of queries alive
         # until the end of the chunk (2x the chunk's dense cache for 32 q / 8 kv heads).
         mx.async_eval(state.tail)
@@ -193,11 +195,18 @@ def _accumulate_h2o(
 ) -> mx.array:
     """Add the column sums of this chunk's causal softmax attention to `sums`, one block of queries at a time.
 
-    q: [H_q, N, D] are the last N of the T_k positions whose keys [H_kv, T_k, D] are cached. Each block is
-    evaluated before the next is built (bounded memory); wait=False queues it (`mx.async_eval`) instead of
-    blocking, so capture inside the forward pass never stalls the host.
+    q: [H_q, N, D] (the model's dtype) are the last N of the T_k positions whose keys [H_kv, T_k, D] are cached.
+    On CUDA with 16-bit queries the fused kernels of `kvcore.kernels.h2o_sums` compute the sums without writing
+    a score; otherwise each block of float32 probabilities is evaluated before the next is built (bounded
+    memory). wait=False queues the work (`mx.async_eval`) instead of blocking, so capture inside the forward pass
+    never stalls the host.
     """
     evaluate = mx.eval if wait else mx.async_eval
+    if h2o_sums.applies(q, keys):
+        total = h2o_sums.accumulate(sums, q, keys, scale)
+        evaluate(total)
+        return total
+    q = q.astype(mx.float32)
     n_q_heads, n_new, head_dim = q.shape
     n_kv_heads, n_keys, _ = keys.shape
     group = n_q_heads // n_kv_heads

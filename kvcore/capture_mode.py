@@ -3,10 +3,12 @@
 Lazy keeps each chunk's queries (H_q/(2·H_kv) × the dense cache in bf16) and computes h2o's column sums only when
 h2o is asked for; eager computes them as the prefill goes and keeps none. On a CPU MLX's `exp` is slow (~25 M/s),
 so eager would cost far more than the prefill: lazy there. On a GPU eager sums were expected to be cheap, but the
-H200 measured otherwise (issue 15): materialising every query's softmax row costs 2.8× a plain prefill at 8k and
-12× at 32k, while lazy costs 1.0×; so a GPU keeps the queries while they take at most LAZY_QUERY_SHARE of the free
-memory (an 8B model at 32k on the H200: 8.6 GB of 116 GB) and computes eager sums only where they would not fit
-(the same model on a 32 GB Mac). `KVLENS_H2O_CAPTURE=eager|lazy` overrides the choice.
+H200 measured otherwise (issue 15): materialising every query's softmax row with MLX's operations costs 2.8× a
+plain prefill at 8k and 12× at 32k, while lazy costs 1.0×. On CUDA, kvcore's own kernels (`kvcore.kernels.h2o_sums`)
+compute the sums without writing a score, so CUDA is eager; any other GPU (Metal) keeps the queries while they take
+at most LAZY_QUERY_SHARE of the free memory (an 8B model at 32k: 8.6 GB of 116 GB on an H200) and computes eager
+sums only where they would not fit (the same model on a 32 GB Mac). `KVLENS_H2O_CAPTURE=eager|lazy` overrides the
+choice.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 
 import mlx.core as mx
 
+from kvcore import kernels
 from kvcore.defaults import H2O_CAPTURE_ENV, H2O_CAPTURE_MODES, LAZY_QUERY_SHARE
 
 log = logging.getLogger("kvcore")
@@ -34,6 +37,11 @@ def resolve(mode: str, kept_query_bytes: int | None = None) -> tuple[str, str]:
             raise ValueError(f"{H2O_CAPTURE_ENV}={env!r}: set it to eager or lazy, or unset it for auto")
         return env, f"{H2O_CAPTURE_ENV}={env}"
     device = mx.default_device()
+    if kernels.cuda_ready():
+        return "eager", (
+            "on CUDA the fused kernels (kvcore.kernels.h2o_sums) sum as the prefill goes, without writing a score: "
+            "no prefill queries kept"
+        )
     if device.type == mx.gpu:
         return on_gpu(kept_query_bytes, mx.get_memory_limit() - mx.get_active_memory())
     return (
