@@ -12,7 +12,8 @@ One run measures side by side, on the default device (a GPU):
      path) and the per-layer path of before issue 15 (`benchmarks.select_positions_before`). Every case is warmed
      up twice, then `--repeats` rounds interleave the cases; median per case.
   b. decode tok/s at 8k and 32k: kvcore B0 (`to_sparse_all`, kvcore attention installed) against mlx-lm's
-     `KVCache`, 25 % retention (2-D and AdaKV ragged), and 4-bit `quantize_cache` against mlx-lm's
+     `KVCache`, 25 % retention (2-D and AdaKV ragged; ragged also with kvcore's CUDA kernels switched off, the
+     masked MLX fallback), and 4-bit `quantize_cache` against mlx-lm's
      `QuantizedKVCache` 4-bit — the greedy loop of `benchmarks.bench_decode.decode` (model, argmax, `mx.eval`
      per token), rounds interleaved, median over rounds. A case whose kernel the backend lacks (MLX 0.32.4 CUDA
      has no `quantized_matmul` for the quantized attention's shape) is reported as FAILED, and the run goes on.
@@ -43,7 +44,7 @@ import numpy as np
 from benchmarks import common, gpu_prefill_regen, select_positions_before
 from benchmarks.bench_decode import attention_for, decode
 from benchmarks.common import Row, synthetic_cache
-from kvcore import caches
+from kvcore import caches, kernels
 from kvcore.capture import LayerObservation
 from kvcore.selection import device_select, rank, select
 
@@ -86,6 +87,9 @@ common.CONFIGS.setdefault(
 )
 LAYERS, H_Q, H_KV, HEAD_DIM = 32, 32, 8, 128
 RATIO = 0.25
+RAGGED_OPS = (
+    "kvcore 25% kept (AdaKV ragged, kernels off)"  # the masked MLX fallback, beside the ragged kernel
+)
 
 # The seed's figures on this device (DESIGN.md), for the comparison column.
 SEED = {
@@ -281,23 +285,29 @@ def decode_rows(model: Any, T: int, n_tokens: int, rounds: int, name: str = NAME
            for c in dense]  # fmt: skip
     ranking = rank(obs, "knorm")
     per_head, ragged = select(ranking, RATIO), select(ranking, RATIO, adakv=True)
-    cases: dict[str, tuple[bool, Callable[[], list]]] = {
-        "mlx-lm KVCache": (False, lambda: caches.copy_cache(dense)),
-        "kvcore B0": (True, lambda: caches.to_sparse_all(dense)),
-        "kvcore 25% kept (per-head 2-D)": (True, lambda: caches.select_positions(dense, per_head)),
-        "kvcore 25% kept (AdaKV ragged)": (True, lambda: caches.select_positions(dense, ragged)),
-        "mlx-lm QuantizedKVCache 4b": (False, lambda: [c.to_quantized(group_size=64, bits=4) for c in dense]),
-        "kvcore quantize_cache 4b": (True, lambda: caches.quantize_cache(dense, bits=4, group_size=64)),
+    # (kvcore's attention installed, kvcore's CUDA kernels on, the cache)
+    cases: dict[str, tuple[bool, bool, Callable[[], list]]] = {
+        "mlx-lm KVCache": (False, True, lambda: caches.copy_cache(dense)),
+        "kvcore B0": (True, True, lambda: caches.to_sparse_all(dense)),
+        "kvcore 25% kept (per-head 2-D)": (True, True, lambda: caches.select_positions(dense, per_head)),
+        "kvcore 25% kept (AdaKV ragged)": (True, True, lambda: caches.select_positions(dense, ragged)),
+        RAGGED_OPS: (True, False, lambda: caches.select_positions(dense, ragged)),
+        "mlx-lm QuantizedKVCache 4b": (
+            False,
+            True,
+            lambda: [c.to_quantized(group_size=64, bits=4) for c in dense],
+        ),
+        "kvcore quantize_cache 4b": (True, True, lambda: caches.quantize_cache(dense, bits=4, group_size=64)),
     }
     tps: dict[str, list[float]] = {c: [] for c in cases}
     peaks: dict[str, tuple[float, float]] = {}
     nbytes: dict[str, int] = {}
     failed: dict[str, str] = {}
     for _ in range(rounds):
-        for case, (kv_side, factory) in cases.items():
+        for case, (kv_side, fused, factory) in cases.items():
             if case in failed:
                 continue
-            with attention_for(model, kv_side):
+            with attention_for(model, kv_side), kernels.switched(fused):
                 mx.clear_cache()
                 mx.synchronize()
                 resident = mx.get_active_memory()
@@ -338,6 +348,7 @@ def decode_rows(model: Any, T: int, n_tokens: int, rounds: int, name: str = NAME
             "kvcore quantize_cache 4b": "mlx-lm QuantizedKVCache 4b",
             "kvcore 25% kept (per-head 2-D)": "kvcore B0",
             "kvcore 25% kept (AdaKV ragged)": "kvcore B0",
+            RAGGED_OPS: "kvcore B0",
         }.get(case)
         if base:
             row.extra["x_" + base.replace(" ", "_")] = round(med[case] / med[base], 3)

@@ -3,7 +3,8 @@
 d. The same T random tokens prefilled (fresh cache each time) by mlx-lm's own loop (`generate_step`'s: chunks of
    2048, `mx.eval` of the cache state and `mx.clear_cache` per chunk, then the last token alone) and by
    `prefill_with_capture` exactly as `Session.prefill` calls it (capture window 256, `hold_last`, h2o "auto",
-   which keeps the queries on a GPU with room (kvcore.capture_mode), "eager" and "lazy" beside it): wall time and peak memory per case; capture's extra memory
+   which is eager with kvcore's h2o kernels on CUDA (kvcore.capture_mode), "eager", "eager" with the kernels
+   switched off (MLX's operations) and "lazy" beside it): wall time and peak memory per case; capture's extra memory
    is its peak minus the plain prefill's, over the dense cache's bytes; `held_mib` is what stays allocated while the
    result is kept (the cache included), `held_over_dense` its part beyond the plain prefill's, over the cache.
 e. A Session (no tokenizer: token ids in) prefilled with T tokens and a 32-token dense continuation, compressed to
@@ -23,7 +24,7 @@ import numpy as np
 
 from benchmarks.bench_decode import attention_for
 from benchmarks.common import Row
-from kvcore import attention, caches
+from kvcore import attention, caches, kernels
 from kvcore.capture import prefill_with_capture
 from kvcore.defaults import CAPTURE_WINDOW, DEFAULT_H2O_CAPTURE
 from kvcore.loading import ModelInfo
@@ -71,14 +72,19 @@ def prefill_rows(model: Any, name: str, T: int, rounds: int) -> list[Row]:
     ids = np.random.default_rng(T).integers(0, model.args.vocab_size, T).tolist()
     n_layers = len(model.layers)
 
-    def capture(h2o: str) -> Callable[[], Any]:
-        return lambda: prefill_with_capture(model, ids, window=CAPTURE_WINDOW, chunk_size=CHUNK, h2o=h2o,
+    def capture(h2o: str, fused: bool = True) -> Callable[[], Any]:
+        def run() -> Any:
+            with kernels.switched(fused):
+                return prefill_with_capture(model, ids, window=CAPTURE_WINDOW, chunk_size=CHUNK, h2o=h2o,
                                             hold_last=True)  # fmt: skip
+
+        return run
 
     cases: dict[str, tuple[bool, Callable[[], Any]]] = {
         "mlx-lm plain prefill": (False, lambda: plain_prefill(model, ids)),
         f"kvcore capture h2o={DEFAULT_H2O_CAPTURE}": (True, capture(DEFAULT_H2O_CAPTURE)),
         "kvcore capture h2o=eager": (True, capture("eager")),
+        "kvcore capture h2o=eager, kernels off": (True, capture("eager", fused=False)),
         "kvcore capture h2o=lazy": (True, capture("lazy")),
     }
     secs: dict[str, list[float]] = {c: [] for c in cases}
