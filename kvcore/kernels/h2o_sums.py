@@ -218,7 +218,7 @@ def fits(q: mx.array, keys: mx.array) -> bool:
 
 def applies(q: mx.array, keys: mx.array) -> bool:
     """`fits`, on CUDA with the kernels on: the check `kvcore.capture._accumulate_h2o` makes per chunk."""
-    return fits(q, keys) and cuda_ready()
+    return cuda_ready() and fits(q, keys)
 
 
 def accumulate(sums: mx.array | None, q: mx.array, keys: mx.array, scale: float) -> mx.array:

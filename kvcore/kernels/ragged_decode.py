@@ -183,7 +183,7 @@ def fits(queries: mx.array, keys: Any, cache: Any) -> bool:
 
 def applies(queries: mx.array, keys: Any, cache: Any) -> bool:
     """`fits`, on CUDA with the kernels on: the check `kvcore.attention.sdpa` makes per ragged layer."""
-    return fits(queries, keys, cache) and cuda_ready()
+    return cuda_ready() and fits(queries, keys, cache)
 
 
 def attend(queries: mx.array, keys: mx.array, values: mx.array, meta: mx.array, scale: float) -> mx.array:
