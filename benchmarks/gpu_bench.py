@@ -87,9 +87,8 @@ common.CONFIGS.setdefault(
 )
 LAYERS, H_Q, H_KV, HEAD_DIM = 32, 32, 8, 128
 RATIO = 0.25
-RAGGED_OPS = (
-    "kvcore 25% kept (AdaKV ragged, kernels off)"  # the masked MLX fallback, beside the ragged kernel
-)
+# The masked MLX fallback, beside the ragged kernel.
+RAGGED_OPS = "kvcore 25% kept (AdaKV ragged, kernels off)"
 
 # The seed's figures on this device (DESIGN.md), for the comparison column.
 SEED = {

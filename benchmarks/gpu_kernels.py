@@ -137,7 +137,7 @@ def h2o_rows(n_keys: int, rounds: int) -> list[Row]:
     keys = mx.array(rng.standard_normal((H_KV, n_keys, HEAD_DIM)), mx.bfloat16)
     n_prev = n_keys - CHUNK
     prev = mx.array(rng.random((H_Q, n_prev)) * 4, mx.float32) if n_prev else None
-    mx.eval(q, keys, prev) if prev is not None else mx.eval(q, keys)
+    mx.eval([x for x in (q, keys, prev) if x is not None])
     used = h2o_sums.applies(q, keys)
 
     def fused() -> mx.array:
@@ -239,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--key-lengths", type=int, nargs="+", default=[2048, 8192, 32768])
     ap.add_argument("--e2e-tokens", type=int, default=4096)
     args = ap.parse_args(argv)
+    if min(args.key_lengths) < CHUNK:
+        ap.error(f"--key-lengths: each must be at least the chunk of {CHUNK} queries it is measured with")
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"device {mx.default_device()}, mlx {mx.__version__}, CUDA kernels ready: {kernels.cuda_ready()}",
           flush=True)  # fmt: skip

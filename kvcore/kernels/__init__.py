@@ -31,6 +31,13 @@ def float_literal(x: float) -> str:
     return f"{float(x)!r}f"
 
 
+def scale_source(scale: float) -> tuple[str, str]:
+    """(a kernel-name tag for `scale`, the source line defining SCALE_LOG2 = scale · log2(e)): the kernels work in
+    base 2 and bake the scale in; the tag keeps one compiled kernel per scale (a model has one)."""
+    tag = float_literal(scale).replace(".", "p").replace("-", "m").rstrip("f")
+    return tag, f"    constexpr float SCALE_LOG2 = {float_literal(scale * 1.4426950408889634)};\n"
+
+
 @contextmanager
 def switched(on: bool) -> Iterator[None]:
     """Kernels on (where they apply) or off inside the block: benchmarks run both paths side by side in one run."""

@@ -25,7 +25,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from kvcore.kernels import cuda_ready, float_literal
+from kvcore.kernels import cuda_ready, scale_source
 
 WARPS = (
     8  # per block, 16 query (lse) or key (colsum) rows each; the other side streams through in tiles of 64
@@ -188,9 +188,8 @@ _COLSUM = r"""
 @cache
 def _kernels(scale: float) -> tuple[Any, Any]:
     """The two kernels for one attention scale (baked into the source: a model has one)."""
-    log2e = 1.4426950408889634
-    tag = float_literal(scale).replace(".", "p").replace("-", "m").rstrip("f")
-    head = f"    constexpr float SCALE_LOG2 = {float_literal(scale * log2e)};\n" + _COMMON
+    tag, scale_line = scale_source(scale)
+    head = scale_line + _COMMON
     lse = mx.fast.cuda_kernel(
         name=f"kvlens_h2o_lse_{tag}",
         input_names=["q", "keys"],

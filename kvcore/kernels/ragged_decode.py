@@ -16,7 +16,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from kvcore.kernels import cuda_ready, float_literal
+from kvcore.kernels import cuda_ready, scale_source
 
 WARPS = 4  # warps per block of the first kernel
 ROWS_PER_SPLIT = 128  # rows of one kv-head a block reads (the split count follows the layer's width)
@@ -146,13 +146,12 @@ _MERGE = r"""
 @cache
 def _kernels(scale: float) -> tuple[Any, Any]:
     """The two kernels for one attention scale (baked into the source: a model has one)."""
-    log2e = 1.4426950408889634
-    tag = float_literal(scale).replace(".", "p").replace("-", "m").rstrip("f")
+    tag, scale_line = scale_source(scale)
     spans = mx.fast.cuda_kernel(
         name=f"kvlens_ragged_spans_{tag}",
         input_names=["q", "keys", "values", "meta"],
         output_names=["part_acc", "part_ml"],
-        source=f"    constexpr float SCALE_LOG2 = {float_literal(scale * log2e)};\n" + _SPANS,
+        source=scale_line + _SPANS,
         ensure_row_contiguous=False,
     )
     merge = mx.fast.cuda_kernel(

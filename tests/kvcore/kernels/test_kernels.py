@@ -25,3 +25,10 @@ def test_float_literal_round_trips():
     for x in (128**-0.5, 0.1, 1 / 3, 1e-7):
         text = kernels.float_literal(x)
         assert text.endswith("f") and float(text[:-1]) == x
+
+
+def test_scale_source_bakes_scale_times_log2e_and_tags_each_scale():
+    tag, line = kernels.scale_source(128**-0.5)
+    value = float(line.split("=")[1].strip().rstrip(";f"))
+    assert abs(value - 128**-0.5 * 1.4426950408889634) < 1e-15
+    assert tag != kernels.scale_source(64**-0.5)[0] and "." not in tag
