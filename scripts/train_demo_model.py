@@ -66,11 +66,8 @@ EXCLUDED_DIRS = frozenset(
 )
 MAX_FILE_BYTES = 1_000_000  # larger .py files are generated tables, not code worth learning
 
-MODEL_SHAPE = dict(
-    hidden_size=384,
+_COMMON_SHAPE = dict(
     num_hidden_layers=8,
-    intermediate_size=1024,
-    num_attention_heads=6,
     num_key_value_heads=2,
     head_dim=64,
     rms_norm_eps=1e-5,
@@ -78,6 +75,13 @@ MODEL_SHAPE = dict(
     max_position_embeddings=2048,
     tie_word_embeddings=True,
 )
+#: "small" is the shipped model (15.7 M, bf16 under the 32 MiB cap); "wide" (28.3 M) needs 8-bit storage to fit.
+MODEL_SHAPES = {
+    "small": dict(_COMMON_SHAPE, hidden_size=384, intermediate_size=1024, num_attention_heads=6),
+    "wide": dict(_COMMON_SHAPE, hidden_size=512, intermediate_size=1536, num_attention_heads=8),
+}
+#: Peak learning rate per shape: 1.5e-3 was tuned at width 384; scaled ~1/width for 512.
+PEAK_LR = {"small": 1.5e-3, "wide": 1.2e-3}
 
 
 @dataclass
@@ -214,7 +218,7 @@ def train_tokenizer(corpus: Corpus, vocab_size: int, sample_mb: float, out: Path
                 "pad_token": EOS,
                 "add_bos_token": False,
                 "clean_up_tokenization_spaces": False,
-                "model_max_length": MODEL_SHAPE["max_position_embeddings"],
+                "model_max_length": _COMMON_SHAPE["max_position_embeddings"],
             },
             indent=1,
         )
@@ -398,13 +402,13 @@ def unigram_baseline(train_ids: np.ndarray, heldout_ids: np.ndarray, vocab: int)
     }
 
 
-def mlx_config(vocab_size: int, eos_id: int, dtype: str) -> dict:
+def mlx_config(shape: str, vocab_size: int, eos_id: int, dtype: str) -> dict:
     """config.json in the LlamaForCausalLM layout that mlx-lm's `llama` model reads."""
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "vocab_size": vocab_size,
-        **MODEL_SHAPE,
+        **MODEL_SHAPES[shape],
         "hidden_act": "silu",
         "attention_bias": False,
         "mlp_bias": False,
@@ -467,6 +471,45 @@ def checkpoint_counters(path: Path | None) -> dict:
     return json.loads(path.with_suffix(".json").read_text())
 
 
+def build_model(shape: str, vocab_size: int, eos_id: int, device):
+    """A fresh `LlamaForCausalLM` of MODEL_SHAPES[shape] on `device`, embeddings tied to the LM head."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dims = MODEL_SHAPES[shape]
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        bos_token_id=eos_id,
+        eos_token_id=eos_id,
+        **{k: v for k, v in dims.items() if k != "rope_theta"},
+        rope_theta=dims["rope_theta"],
+    )
+    model = LlamaForCausalLM(config).to(device)
+    if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model
+
+
+def make_step_loss(model, vocab_size: int, compiled: bool):
+    """window (batch, seq + 1) -> mean next-token loss under bf16 autocast on CUDA.
+
+    Compiled whole, so the (batch, seq, vocab) logits' float cast and cross-entropy fuse with the LM head
+    instead of materialising 2 GB of float32 logits per step in eager code."""
+    import torch
+    import torch.nn.functional as F
+
+    amp = next(model.parameters()).device.type == "cuda"
+
+    def step_loss(window):
+        with torch.autocast("cuda" if amp else "cpu", dtype=torch.bfloat16, enabled=amp):
+            logits = model(input_ids=window[:, :-1]).logits
+        return F.cross_entropy(logits.float().reshape(-1, vocab_size), window[:, 1:].reshape(-1))
+
+    if not compiled:
+        step_loss.eager = True
+        return step_loss
+    return torch.compile(step_loss)
+
+
 def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id: int, log):
     """AdamW + cosine on random windows; `synthetic_share` of every batch is synthetic retrieval documents.
 
@@ -474,27 +517,13 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
     --checkpoint, a run resumes from it when it exists and, after --pause-after-min, saves it and returns
     `paused`: the cosine follows the whole --time-budget-min across the pieces."""
     import torch
-    import torch.nn.functional as F
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     device = torch.device(args.device)
     torch.manual_seed(args.seed)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    shape = {k: v for k, v in MODEL_SHAPE.items() if k != "rope_theta"}
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        rope_theta=MODEL_SHAPE["rope_theta"],
-        bos_token_id=eos_id,
-        eos_token_id=eos_id,
-        **shape,
-    )
-    model = LlamaForCausalLM(config).to(device)
-    if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
-        model.lm_head.weight = model.model.embed_tokens.weight
-    forward = model
-    if args.compile and device.type == "cuda":
-        forward = torch.compile(model)  # fuses the many small ops of a 384-wide model; falls back if it fails
+    model = build_model(args.shape, vocab_size, eos_id, device)
+    step_loss = make_step_loss(model, vocab_size, compiled=args.compile and device.type == "cuda")
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.2f} M parameters (tied embeddings)")
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -507,7 +536,6 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
     )
     data = torch.from_numpy(train_ids.astype(np.int64)).to(device)
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    amp = device.type == "cuda"
     budget_s = args.time_budget_min * 60 if args.time_budget_min else None
     pause_s = args.pause_after_min * 60 if args.pause_after_min else None
     step, tokens, before_s, pieces, commands = 0, 0, 0.0, 1, []
@@ -553,14 +581,12 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
             rows = torch.from_numpy(synthetic.take(n_syn).astype(np.int64)).to(device)
             window = torch.cat([window, rows])
         try:
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                logits = forward(input_ids=window[:, :-1]).logits
-            loss = F.cross_entropy(logits.float().reshape(-1, vocab_size), window[:, 1:].reshape(-1))
+            loss = step_loss(window)
         except Exception as exc:  # torch.compile unavailable or failing: train uncompiled
-            if forward is model:
+            if not args.compile or device.type != "cuda" or getattr(step_loss, "eager", False):
                 raise
             log(f"torch.compile failed ({type(exc).__name__}: {exc}); training uncompiled")
-            forward = model
+            step_loss = make_step_loss(model, vocab_size, compiled=False)
             continue
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -728,7 +754,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--long-seq", type=int, default=2048)
     p.add_argument("--long-frac", type=float, default=0.2, help="final share of training at --long-seq")
-    p.add_argument("--lr", type=float, default=1.5e-3)
+    p.add_argument(
+        "--shape", choices=sorted(MODEL_SHAPES), default="small", help="model shape (MODEL_SHAPES)"
+    )
+    p.add_argument("--lr", type=float, default=None, help="peak; PEAK_LR of the shape by default")
     p.add_argument(
         "--compile", action=argparse.BooleanOptionalAction, default=True, help="torch.compile on CUDA"
     )
@@ -781,6 +810,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.lr is None:
+        args.lr = PEAK_LR[args.shape]
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     args.out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
@@ -849,7 +880,7 @@ def main(argv: list[str] | None = None) -> int:
         "train_families": probe_recall(model, tok, args.device, TRAIN_FAMILIES, args.probe_eval, 2_000_000),
     }
     log(f"dense probe recall: {json.dumps(recall)}")
-    config = mlx_config(vocab_size, eos_id, args.export_dtype)
+    config = mlx_config(args.shape, vocab_size, eos_id, args.export_dtype)
     exported = export(model, args.out, config, args.export_dtype, args.shard_mb)
     import torch
     import transformers
@@ -872,6 +903,7 @@ def main(argv: list[str] | None = None) -> int:
                     "seq_len",
                     "long_seq",
                     "long_frac",
+                    "shape",
                     "lr",
                     "warmup",
                     "seed",
