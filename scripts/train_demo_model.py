@@ -475,13 +475,8 @@ def build_model(shape: str, vocab_size: int, eos_id: int, device):
     """A fresh `LlamaForCausalLM` of MODEL_SHAPES[shape] on `device`, embeddings tied to the LM head."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    dims = MODEL_SHAPES[shape]
     config = LlamaConfig(
-        vocab_size=vocab_size,
-        bos_token_id=eos_id,
-        eos_token_id=eos_id,
-        **{k: v for k, v in dims.items() if k != "rope_theta"},
-        rope_theta=dims["rope_theta"],
+        vocab_size=vocab_size, bos_token_id=eos_id, eos_token_id=eos_id, **MODEL_SHAPES[shape]
     )
     model = LlamaForCausalLM(config).to(device)
     if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
@@ -504,10 +499,7 @@ def make_step_loss(model, vocab_size: int, compiled: bool):
             logits = model(input_ids=window[:, :-1]).logits
         return F.cross_entropy(logits.float().reshape(-1, vocab_size), window[:, 1:].reshape(-1))
 
-    if not compiled:
-        step_loss.eager = True
-        return step_loss
-    return torch.compile(step_loss)
+    return torch.compile(step_loss) if compiled else step_loss
 
 
 def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id: int, log):
@@ -523,7 +515,8 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     model = build_model(args.shape, vocab_size, eos_id, device)
-    step_loss = make_step_loss(model, vocab_size, compiled=args.compile and device.type == "cuda")
+    compiled = args.compile and device.type == "cuda"
+    step_loss = make_step_loss(model, vocab_size, compiled)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.2f} M parameters (tied embeddings)")
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -583,10 +576,11 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
         try:
             loss = step_loss(window)
         except Exception as exc:  # torch.compile unavailable or failing: train uncompiled
-            if not args.compile or device.type != "cuda" or getattr(step_loss, "eager", False):
+            if not compiled:
                 raise
             log(f"torch.compile failed ({type(exc).__name__}: {exc}); training uncompiled")
-            step_loss = make_step_loss(model, vocab_size, compiled=False)
+            compiled = False
+            step_loss = make_step_loss(model, vocab_size, compiled)
             continue
         opt.zero_grad(set_to_none=True)
         loss.backward()
