@@ -198,16 +198,20 @@ def _ask(rng: random.Random, name: str, obj: str, sep: str, q: str) -> str:
     return ("\n" + context if context else "") + "\n" + indent + ask
 
 
-def generic_needle(rng: random.Random) -> tuple[str, str, str]:
-    """(binding line, question, answer text): the question never ends in a space (BPE puts it on the value)."""
-    name = make_name(rng, rng.choice(("snake", "upper", "camel", "kebab")))
-    value = make_value(rng, rng.choice(("alnum", "digits", "word")))
-    obj = rng.choice(OBJECTS)
-    q = rng.choice(QUOTES)
-    binding, sep = _binding(rng, name, obj, value, q)
-    ask = _ask(rng, name, obj, sep, q)
-    if q and rng.random() < 0.8:
-        asked_q = q if rng.random() < 0.75 else rng.choice(('"', "'"))
+def generic_needle(rng: random.Random, form: random.Random | None = None) -> tuple[str, str, str]:
+    """(binding line, question, answer text): the question never ends in a space (BPE puts it on the value).
+
+    With `form`, the syntax is drawn from it and only the name and value from `rng`: needles made with copies of
+    one form generator share their syntax, the probes' setting where distractors are bound the same way."""
+    f = form or rng
+    name = make_name(rng, f.choice(("snake", "upper", "camel", "kebab")))
+    value = make_value(rng, f.choice(("alnum", "digits", "word")))
+    obj = f.choice(OBJECTS)
+    q = f.choice(QUOTES)
+    binding, sep = _binding(f, name, obj, value, q)
+    ask = _ask(f, name, obj, sep, q)
+    if q and f.random() < 0.8:
+        asked_q = q if f.random() < 0.75 else f.choice(('"', "'"))
         return binding + "\n", ask + asked_q, value + asked_q
     bare = ask.rstrip(" \t")
     return binding + "\n", bare, ask[len(bare) :] + q + value + q

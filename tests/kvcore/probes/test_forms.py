@@ -38,3 +38,15 @@ def test_no_form_contains_a_held_out_familys_fixed_text():
             part = part.replace("{{", "{").replace("}}", "}").strip("\0")
             if len(part.strip()) >= 8:
                 assert part not in text, f"{family}: {part!r}"
+
+
+def test_a_shared_form_changes_only_the_name_and_the_value():
+    """Needles drawn with copies of one form generator are bound and asked the same way, as a probe's distractors."""
+    rng = random.Random(3)
+    for _ in range(200):
+        seed = rng.getrandbits(64)
+        (b1, a1, v1), (b2, a2, v2) = (generic_needle(rng, random.Random(seed)) for _ in range(2))
+        skeleton = re.compile(r"[A-Za-z0-9]+")
+        assert skeleton.sub("w", b1) == skeleton.sub("w", b2), (b1, b2)
+        assert skeleton.sub("w", a1) == skeleton.sub("w", a2), (a1, a2)
+        assert (b1, a1) != (b2, a2)

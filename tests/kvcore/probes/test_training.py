@@ -9,7 +9,7 @@ import pytest
 
 from kvcore.probes import FAMILIES, HELDOUT_FAMILIES, TRAIN_FAMILIES
 from kvcore.probes.filler import filler_lines
-from kvcore.probes.training import KINDS, code_taker, synthetic_document
+from kvcore.probes.training import KINDS, _needles, code_taker, synthetic_document
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +73,20 @@ def test_no_document_uses_a_held_out_form(take):
     for family in HELDOUT_FAMILIES:
         for part in _fixed_parts(FAMILIES[family].bind) + _fixed_parts(FAMILIES[family].ask):
             assert part not in text, f"{family}: {part!r} appears in training documents"
+
+
+def test_same_form_needles_differ_only_by_name():
+    """In a shared-form needle document every binding has one skeleton and a name of its own, so the question's
+    name is what picks the answer (a probe's distractors); otherwise forms vary within a document."""
+    skeleton = re.compile(r"[A-Za-z0-9]+")
+    for shared_share, expect_same in ((1.0, True), (0.0, False)):
+        same = 0
+        for seed in range(60):
+            bindings = [t for _, t in _needles(random.Random(seed), shared_share) if not t.startswith("\n")]
+            shapes = {skeleton.sub("w", b) for b in bindings}
+            if len(bindings) >= 2:
+                same += len(shapes) == 1
+            if expect_same:
+                assert len(bindings) >= 2 and len(shapes) == 1, bindings
+                assert len(set(bindings)) == len(bindings)
+        assert expect_same or same < 20
