@@ -17,6 +17,8 @@ Typical runs::
     python scripts/train_demo_model.py --device cpu --steps 50 --batch-size 4 \\
         --max-site-mb 5 --out /tmp/kvlens-demo                                        # slow CPU smoke run
     python scripts/train_demo_model.py --stop-after tokenizer --out /tmp/tok          # corpus + tokenizer only
+    python scripts/train_demo_model.py --out /tmp/next --init-from resources/models/kvlens-demo --seed 1 \\
+        --lr 7e-4 --min-lr-frac 0.03 --time-budget-min 8.2                             # continue the shipped model
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # kvcore.probes (MLX-free) without installing the package
+
+from kvcore.probes.training import SAME_FORM_SHARE  # noqa: E402
 
 EOS = "<|endoftext|>"
 
@@ -273,12 +277,17 @@ def encode(tok, docs: list[tuple[str, str]], eos_id: int) -> np.ndarray:
 _WORKER: dict = {}
 
 
-def _init_worker(texts: list[str], tokenizer_path: str, seq: int) -> None:
+def _init_worker(texts: list[str], tokenizer_path: str, seq: int, same_form_share: float) -> None:
     from tokenizers import Tokenizer
 
     from kvcore.probes.training import code_taker
 
-    _WORKER.update(tok=Tokenizer.from_file(tokenizer_path), take=code_taker(texts), seq=seq)
+    _WORKER.update(
+        tok=Tokenizer.from_file(tokenizer_path),
+        take=code_taker(texts),
+        seq=seq,
+        same_form_share=same_form_share,
+    )
 
 
 def _make_synthetic(seed: int) -> np.ndarray:
@@ -291,7 +300,8 @@ def _make_synthetic(seed: int) -> np.ndarray:
     ids: list[int] = []
     n_chars = int(_WORKER["seq"] * 3.6)
     while len(ids) < _WORKER["seq"] + 1:
-        ids = _WORKER["tok"].encode(synthetic_document(rng, _WORKER["take"], n_chars)).ids
+        doc = synthetic_document(rng, _WORKER["take"], n_chars, same_form_share=_WORKER["same_form_share"])
+        ids = _WORKER["tok"].encode(doc).ids
         n_chars = int(n_chars * 1.3)
     return np.asarray(ids[: _WORKER["seq"] + 1], dtype=np.uint16)
 
@@ -310,6 +320,7 @@ class SyntheticStream:
         seq: int,
         seed: int,
         workers: int,
+        same_form_share: float,
         start: int = 0,
         ahead: int = 16_384,
         block: int = 2_048,
@@ -326,7 +337,9 @@ class SyntheticStream:
         self._stop = False
         self._error: BaseException | None = None
         ctx = mp.get_context("fork")
-        self._pool = ctx.Pool(workers, initializer=_init_worker, initargs=(texts, str(tokenizer_path), seq))
+        self._pool = ctx.Pool(
+            workers, initializer=_init_worker, initargs=(texts, str(tokenizer_path), seq, same_form_share)
+        )
         self._thread = threading.Thread(target=self._fill, daemon=True)
         self._thread.start()
 
@@ -383,7 +396,7 @@ def encoded_ids(args, tok, corpus: Corpus, content_sha256: str, eos_id: int) -> 
         encode(tok, corpus.train + stdlib_docs * (args.stdlib_weight - 1), eos_id),
         encode(tok, corpus.heldout, eos_id),
     )
-    for path, array in zip(paths, ids, strict=True):
+    for path, array in zip(paths, ids if paths else (), strict=True):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.stem + ".tmp.npy")
         np.save(tmp, array, allow_pickle=False)
@@ -464,6 +477,24 @@ def load_checkpoint(path: Path, model, opt, gen, device) -> dict:
     return meta
 
 
+def load_weights(folder: Path, model) -> None:
+    """Start from an exported model (the HF-layout shards `export` writes): a warm start without AdamW state,
+    so a run that continues a shipped model fits one device call."""
+    from safetensors.torch import load_file
+
+    state = {}
+    for shard in sorted(folder.glob("model*.safetensors")):
+        state.update(load_file(str(shard)))
+    if not state:
+        raise FileNotFoundError(f"no model*.safetensors in {folder}")
+    own = model.state_dict()
+    loaded = model.load_state_dict(
+        {k: v.to(own[k].dtype) for k, v in state.items() if k in own}, strict=False
+    )
+    if set(state) - set(own) or set(loaded.missing_keys) - {"lm_head.weight"}:
+        raise RuntimeError(f"{folder} does not fit the {len(own)}-tensor model: {loaded}")
+
+
 def checkpoint_counters(path: Path | None) -> dict:
     """The counters of a saved checkpoint (empty when there is none): where the synthetic stream resumes."""
     if path is None or not path.exists():
@@ -515,6 +546,9 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     model = build_model(args.shape, vocab_size, eos_id, device)
+    if args.init_from:
+        load_weights(args.init_from, model)
+        log(f"initialised from {args.init_from}")
     compiled = args.compile and device.type == "cuda"
     step_loss = make_step_loss(model, vocab_size, compiled)
     n_params = sum(p.numel() for p in model.parameters())
@@ -564,7 +598,8 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
         if step < args.warmup:
             lr = args.lr * (step + 1) / args.warmup
         else:
-            lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+            floor = args.min_lr_frac
+            lr = args.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
         for g in opt.param_groups:
             g["lr"] = lr
         n_syn = round(args.synthetic_share * bsz) if synthetic is not None and seq == synthetic.seq else 0
@@ -756,6 +791,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--compile", action=argparse.BooleanOptionalAction, default=True, help="torch.compile on CUDA"
     )
     p.add_argument("--warmup", type=int, default=150)
+    p.add_argument("--min-lr-frac", type=float, default=0.1, help="the cosine ends at this share of the peak")
+    p.add_argument(
+        "--init-from", type=Path, default=None, help="start from this exported model's weights (a warm start)"
+    )
+    p.add_argument(
+        "--same-form-share",
+        type=float,
+        default=SAME_FORM_SHARE,
+        help="share of needle documents whose bindings share one form (0: the shipped model's documents)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab-size", type=int, default=8192)
     p.add_argument(
@@ -852,6 +897,7 @@ def main(argv: list[str] | None = None) -> int:
             args.long_seq,
             args.seed,
             args.workers,
+            args.same_form_share,
             start,
         )
         log(f"synthetic: sequences of {args.long_seq + 1} tokens made while training, from row {start:,}")
@@ -891,7 +937,7 @@ def main(argv: list[str] | None = None) -> int:
         "training": {
             **stats,
             **{
-                k: getattr(args, k)
+                k: str(getattr(args, k)) if isinstance(getattr(args, k), Path) else getattr(args, k)
                 for k in (
                     "batch_size",
                     "seq_len",
@@ -900,6 +946,9 @@ def main(argv: list[str] | None = None) -> int:
                     "shape",
                     "lr",
                     "warmup",
+                    "min_lr_frac",
+                    "init_from",
+                    "same_form_share",
                     "seed",
                     "synthetic_share",
                     "stdlib_weight",
