@@ -215,6 +215,10 @@ def _run_probe(args: argparse.Namespace) -> int:
     from kvcore.probes.run import PROBE_COLUMNS
 
     if args.prompts is not None:
+        if args.control:
+            raise UsageError(
+                "--control deletes a generated probe's needle; a --prompts set has none: drop one"
+            )
         return _run_set(args, None)
     if args.csv is not None:
         _check_output(args.csv)
@@ -230,7 +234,7 @@ def _run_probe(args: argparse.Namespace) -> int:
     from kvcore.session import Session
 
     session = Session.load(args.model)
-    rows = probe_cli.run(session, specs, configs)
+    rows = probe_cli.run(session, specs, configs, control=args.control)
     if args.csv is not None:
         write_csv(args.csv, rows, PROBE_COLUMNS)
     probe_cli.print_summary(rows)

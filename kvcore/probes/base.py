@@ -46,6 +46,14 @@ class Probe:
     depth: float
     n_tokens: int
     distractors: tuple[tuple[str, str], ...] = ()
+    needle: str = ""
+
+    @property
+    def control_prompt(self) -> str:
+        """The prompt with the needle's binding deleted: what the model writes from everything else is the floor
+        a method's recall is read against (an evicted needle can still be carried by kept positions whose keys
+        were computed while it was visible; a value written without any needle is a guess)."""
+        return self.prompt.replace(self.needle, "", 1)
 
     @property
     def max_new_tokens(self) -> int:

@@ -4,7 +4,9 @@
       --families yaml_key,xml_param --seeds 3 --csv probes.csv
 
 Progress goes to stderr; the summary (recall per configuration) to stdout; `--csv` has one row per
-(probe, configuration), the dense cache's row included (method "dense").
+(probe, configuration), the dense cache's row included (method "dense"), and with `--control` the dense cache on
+the prompt without its needle (method "no_needle": what is recalled with no needle is guessed, so a method's
+recall is read against it).
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--seeds", type=int, default=1, help="prompts per (depth, length, family) cell")
     s.add_argument("--seed", type=int, default=0, help="first seed")
     s.add_argument("--csv", type=Path, help="one row per (probe, configuration), the dense cache's included")
+    s.add_argument(
+        "--control",
+        action="store_true",
+        help="also prefill each prompt without its needle (method no_needle): recall that needs no needle",
+    )
 
 
 def plan(args: argparse.Namespace, split: Callable[[str, type, str], list]) -> list[dict[str, Any]]:
@@ -72,8 +79,10 @@ def plan(args: argparse.Namespace, split: Callable[[str, type, str], list]) -> l
     ]
 
 
-def run(session: Any, specs: list[dict[str, Any]], configs: list[Any]) -> list[dict[str, Any]]:
-    """Build, prefill and score every probe; progress on stderr."""
+def run(
+    session: Any, specs: list[dict[str, Any]], configs: list[Any], control: bool = False
+) -> list[dict[str, Any]]:
+    """Build, prefill and score every probe (with `control`, each also without its needle); progress on stderr."""
     from kvcore.probes import make_probe
     from kvcore.probes.run import probe_rows
 
@@ -83,10 +92,10 @@ def run(session: Any, specs: list[dict[str, Any]], configs: list[Any]) -> list[d
         probe = make_probe(session.tokenizer, **spec)
         if ctx is not None and len(session.encode(probe.prompt)) + probe.max_new_tokens > ctx:
             raise ValueError(f"--lengths {spec['n_tokens']} does not fit the model's context of {ctx} tokens")
-        rows.extend(probe_rows(session, probe, configs))
+        rows.extend(probe_rows(session, probe, configs, control=control))
         sys.stderr.write(
             f"\rprobe {i + 1}/{len(specs)}: {spec['family']} depth={spec['depth']:g} "
-            f"length={spec['n_tokens']} ({len(configs)} configurations)   "
+            f"length={spec['n_tokens']} ({len(configs)} configurations{', no-needle control' if control else ''})   "
         )
         sys.stderr.flush()
     sys.stderr.write("\n")

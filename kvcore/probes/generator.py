@@ -118,4 +118,5 @@ def make_probe(
         depth=depth,
         n_tokens=n_tokens,
         distractors=tuple(zip(names[1:], values[1:], strict=True)),
+        needle=bindings[0],
     )

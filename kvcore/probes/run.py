@@ -36,6 +36,9 @@ PROMPT_PROBE_COLUMNS: tuple[str, ...] = ("prompt", *PROBE_COLUMNS)
 #: The `method` of the row that uses the dense cache (the baseline every probe is also scored on).
 DENSE = "dense"
 
+#: The `method` of the control row: the dense cache on the prompt without its needle (`Probe.control_prompt`).
+CONTROL = "no_needle"
+
 
 def _row(probe: Probe, prompt_tokens: int, text: str, **config: Any) -> dict[str, Any]:
     return {
@@ -57,21 +60,27 @@ def probe_rows(
     configs: Sequence[Any],
     should_cancel: Callable[[], bool] | None = None,
     include_dense: bool = True,
+    control: bool = False,
 ) -> list[dict[str, Any]]:
-    """Prefill `probe` once; a row for the dense cache (optional) and one per CompressionConfig."""
+    """Prefill `probe` once; a row for the dense cache (optional) and one per CompressionConfig; with `control`,
+    a second prefill of the prompt without its needle and its row (last, so the configurations share the first)."""
     session.prefill(probe.prompt, n_tokens=probe.max_new_tokens, should_cancel=should_cancel)
     rows = [dense_row(session, probe)] if include_dense else []
-    return rows + config_rows(session, probe, configs, should_cancel)
+    rows += config_rows(session, probe, configs, should_cancel)
+    if control:
+        session.prefill(probe.control_prompt, n_tokens=probe.max_new_tokens, should_cancel=should_cancel)
+        rows.append(dense_row(session, probe, method=CONTROL))
+    return rows
 
 
-def dense_row(session: Any, probe: Probe) -> dict[str, Any]:
-    """The dense cache's row on the probe the session has prefilled."""
+def dense_row(session: Any, probe: Probe, method: str = DENSE) -> dict[str, Any]:
+    """The dense cache's row on the probe the session has prefilled (`method` CONTROL: its control prompt)."""
     text = session.tokenizer.decode(session.dense_tokens[: probe.max_new_tokens])
     return _row(
         probe,
         len(session.prompt_ids),
         text,
-        method=DENSE,
+        method=method,
         schedule="",
         retention_ratio=1.0,
         key_bits=UNQUANTIZED_BITS,

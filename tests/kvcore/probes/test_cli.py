@@ -49,3 +49,26 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, messag
 def test_a_folder_as_csv_is_refused(tmp_path, capsys):
     assert main(["probe", "--csv", str(tmp_path)]) == 2
     assert "it is a folder" in capsys.readouterr().err
+
+
+def test_control_adds_a_no_needle_row_per_probe(tmp_path, capsys):
+    out = tmp_path / "probes.csv"
+    argv = ["probe", "--families", "py_assign", "--depths", "0.3,0.7", "--lengths", "300", "--control"]
+    assert main([*argv, "--methods", "streaming_llm", "--ratios", "0.25", "--csv", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert [r["method"] for r in rows] == ["dense", "streaming_llm", "no_needle"] * 2
+    for dense, control in zip(rows[0::3], rows[2::3], strict=True):
+        assert (control["family"], control["depth"], control["answer"]) == (
+            dense["family"],
+            dense["depth"],
+            dense["answer"],
+        )
+        assert int(control["prompt_tokens"]) < int(dense["prompt_tokens"])
+    captured = capsys.readouterr()
+    assert "no-needle control" in captured.err and "no_needle: recall" in captured.out
+
+
+def test_control_needs_generated_probes(tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("def f():\n    return 1\n")
+    assert main(["probe", "--prompts", str(tmp_path), "--control"]) == 2
+    assert "--control deletes a generated probe's needle" in capsys.readouterr().err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvcore.probes import make_probe, recalls
-from kvcore.probes.run import DENSE, PROBE_COLUMNS, probe_rows, recall_table
+from kvcore.probes.run import CONTROL, DENSE, PROBE_COLUMNS, probe_rows, recall_table
 from kvcore.resources import demo_model_dir
 from kvcore.session import CompressionConfig, Session
 
@@ -56,3 +56,16 @@ def test_recall_table_is_the_share_recalled():
         for r in (True, False, True, True)
     ]
     assert recall_table(rows) == {("snapkv", "paper", 0.25, 8, 4, 64): 0.75}
+
+
+def test_the_control_deletes_only_the_needle_and_the_model_then_cannot_write_it(demo):
+    """The no-needle control: a trained-form probe the dense cache recalls is not recalled once its binding is gone,
+    and the configurations are still scored on the first prefill (the control row comes last)."""
+    probe = make_probe(demo.tokenizer, seed=4, depth=0.4, n_tokens=400, family="py_assign")
+    assert probe.needle and probe.needle in probe.prompt and probe.answer in probe.needle
+    assert probe.answer not in probe.control_prompt
+    assert len(probe.control_prompt) == len(probe.prompt) - len(probe.needle)
+    rows = probe_rows(demo, probe, [CompressionConfig("snapkv", 0.5)], control=True)
+    assert [r["method"] for r in rows] == [DENSE, "snapkv", CONTROL]
+    assert rows[0]["recalled"] and not rows[-1]["recalled"], rows
+    assert rows[-1]["prompt_tokens"] < rows[0]["prompt_tokens"] == rows[1]["prompt_tokens"]
