@@ -937,7 +937,7 @@ def main(argv: list[str] | None = None) -> int:
         "training": {
             **stats,
             **{
-                k: str(getattr(args, k)) if isinstance(getattr(args, k), Path) else getattr(args, k)
+                k: getattr(args, k)
                 for k in (
                     "batch_size",
                     "seq_len",
@@ -964,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
         "export": {**exported, "dtype": args.export_dtype},
         "wall_seconds": round(time.time() - t_start, 1),
     }
-    (args.out / "train_report.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "train_report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     log(f"done: {json.dumps({k: report[k] for k in ('heldout', 'unigram_baseline', 'export')})}")
     return 0
 

@@ -56,7 +56,7 @@ def _needles(rng: random.Random, same_form_share: float) -> list[tuple[float, st
     shared = same_form_share > 0 and rng.random() < same_form_share
     family = FAMILIES[rng.choice(TRAIN_FAMILIES)] if shared and rng.random() < 0.3 else None
     form_seed = rng.getrandbits(64) if shared else None
-    events, names = [], set()
+    events, asked = [], set()
     for _ in range(rng.randint(2 if shared else 1, 8)):
         fam = family if shared else (FAMILIES[rng.choice(TRAIN_FAMILIES)] if rng.random() < 0.3 else None)
         if fam is not None:
@@ -66,9 +66,9 @@ def _needles(rng: random.Random, same_form_share: float) -> list[tuple[float, st
         else:
             form = random.Random(form_seed) if shared else None
             binding, ask, answer = generic_needle(rng, form)
-        if shared and ask in names:
+        if shared and ask in asked:
             continue  # the same name twice would make the question ambiguous
-        names.add(ask)
+        asked.add(ask)
         at = rng.uniform(0.0, 0.8)
         events.append((at, binding))
         for _ in range(rng.choice((0, 1, 1, 1, 2))):
