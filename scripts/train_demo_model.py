@@ -40,7 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # kvcore.probes (MLX-free) without installing the package
 
-from kvcore.probes.training import SAME_FORM_SHARE  # noqa: E402
+from kvcore.probes.training import SHIPPED_MIX, NeedleMix  # noqa: E402
 
 EOS = "<|endoftext|>"
 
@@ -277,7 +277,7 @@ def encode(tok, docs: list[tuple[str, str]], eos_id: int) -> np.ndarray:
 _WORKER: dict = {}
 
 
-def _init_worker(texts: list[str], tokenizer_path: str, seq: int, same_form_share: float) -> None:
+def _init_worker(texts: list[str], tokenizer_path: str, seq: int, mix: NeedleMix) -> None:
     from tokenizers import Tokenizer
 
     from kvcore.probes.training import code_taker
@@ -286,7 +286,7 @@ def _init_worker(texts: list[str], tokenizer_path: str, seq: int, same_form_shar
         tok=Tokenizer.from_file(tokenizer_path),
         take=code_taker(texts),
         seq=seq,
-        same_form_share=same_form_share,
+        mix=mix,
     )
 
 
@@ -300,7 +300,7 @@ def _make_synthetic(seed: int) -> np.ndarray:
     ids: list[int] = []
     n_chars = int(_WORKER["seq"] * 3.6)
     while len(ids) < _WORKER["seq"] + 1:
-        doc = synthetic_document(rng, _WORKER["take"], n_chars, same_form_share=_WORKER["same_form_share"])
+        doc = synthetic_document(rng, _WORKER["take"], n_chars, mix=_WORKER["mix"])
         ids = _WORKER["tok"].encode(doc).ids
         n_chars = int(n_chars * 1.3)
     return np.asarray(ids[: _WORKER["seq"] + 1], dtype=np.uint16)
@@ -320,7 +320,7 @@ class SyntheticStream:
         seq: int,
         seed: int,
         workers: int,
-        same_form_share: float,
+        mix: NeedleMix,
         start: int = 0,
         ahead: int = 16_384,
         block: int = 2_048,
@@ -338,7 +338,7 @@ class SyntheticStream:
         self._error: BaseException | None = None
         ctx = mp.get_context("fork")
         self._pool = ctx.Pool(
-            workers, initializer=_init_worker, initargs=(texts, str(tokenizer_path), seq, same_form_share)
+            workers, initializer=_init_worker, initargs=(texts, str(tokenizer_path), seq, mix)
         )
         self._thread = threading.Thread(target=self._fill, daemon=True)
         self._thread.start()
@@ -798,8 +798,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--same-form-share",
         type=float,
-        default=SAME_FORM_SHARE,
+        default=SHIPPED_MIX.same_form_share,
         help="share of needle documents whose bindings share one form (0: the shipped model's documents)",
+    )
+    p.add_argument(
+        "--dense-needle-share",
+        type=float,
+        default=SHIPPED_MIX.dense_share,
+        help="share of needle documents with 6-16 bindings, each asked (0: the shipped model's documents)",
+    )
+    p.add_argument(
+        "--restate-share",
+        type=float,
+        default=SHIPPED_MIX.restate_share,
+        help="share of generic asks that restate the binding's line (0: the shipped model's documents)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab-size", type=int, default=8192)
@@ -897,7 +909,7 @@ def main(argv: list[str] | None = None) -> int:
             args.long_seq,
             args.seed,
             args.workers,
-            args.same_form_share,
+            NeedleMix(args.same_form_share, args.dense_needle_share, args.restate_share),
             start,
         )
         log(f"synthetic: sequences of {args.long_seq + 1} tokens made while training, from row {start:,}")
@@ -949,6 +961,8 @@ def main(argv: list[str] | None = None) -> int:
                     "min_lr_frac",
                     "init_from",
                     "same_form_share",
+                    "dense_needle_share",
+                    "restate_share",
                     "seed",
                     "synthetic_share",
                     "stdlib_weight",

@@ -145,6 +145,31 @@ CONTEXTS = (
     "-- expected",
 )
 
+#: A restated binding's new owner (prepended to a line that starts with a name) and the line that leads into it.
+RESTATE_OWNERS = (
+    "self.",
+    "other.",
+    "copy.",
+    "base.",
+    "parent.",
+    "cls.",
+    "saved.",
+    "this.",
+    "prev.",
+    "child.",
+)
+RESTATE_LEADS = (
+    "",
+    "",
+    "# same as above\n",
+    "# again, for the copy\n",
+    "# restore the value set above\n",
+    "    ",
+    "// repeat\n",
+    "if True:\n    ",
+    "def restore():\n    ",
+)
+
 
 def _ref(rng: random.Random, name: str, obj: str) -> str:
     """The name written one of the usual ways, or composed from a sigil, a bracket and an owner."""
@@ -156,22 +181,23 @@ def _ref(rng: random.Random, name: str, obj: str) -> str:
     return ref
 
 
-def _binding(rng: random.Random, name: str, obj: str, value: str, q: str) -> tuple[str, str]:
-    """(the binding line, the separator it used) in one of several shapes."""
-    v = f"{q}{value}{q}"
+def _binding(rng: random.Random, name: str, obj: str, value: str, q: str) -> tuple[str, str, int]:
+    """(the binding line, the separator it used, where its value starts) in one of several shapes."""
     shape = rng.random()
     if shape < 0.55:
         sep = rng.choice(SEPARATORS)
-        return f"{_ref(rng, name, obj)}{sep}{v}{rng.choice(TAILS)}", sep
-    if shape < 0.65:
-        return f'{rng.choice(FUNCS)}("{name}", {v})', ", "
-    if shape < 0.75:
-        return f"{rng.choice(FUNCS)}({name}={v})", "="
-    if shape < 0.85:
-        return f"{rng.choice(KEYWORDS)} {name} = {v};", " = "
-    if shape < 0.92:
-        return f"<{name}>{value}</{name}>", ">"
-    return f"| {name} | {v} |", " | "
+        head, tail = f"{_ref(rng, name, obj)}{sep}{q}", f"{q}{rng.choice(TAILS)}"
+    elif shape < 0.65:
+        head, tail, sep = f'{rng.choice(FUNCS)}("{name}", {q}', f"{q})", ", "
+    elif shape < 0.75:
+        head, tail, sep = f"{rng.choice(FUNCS)}({name}={q}", f"{q})", "="
+    elif shape < 0.85:
+        head, tail, sep = f"{rng.choice(KEYWORDS)} {name} = {q}", f"{q};", " = "
+    elif shape < 0.92:
+        head, tail, sep = f"<{name}>", f"</{name}>", ">"
+    else:
+        head, tail, sep = f"| {name} | {q}", f"{q} |", " | "
+    return head + value + tail, sep, len(head)
 
 
 def _ask(rng: random.Random, name: str, obj: str, sep: str, q: str) -> str:
@@ -198,17 +224,33 @@ def _ask(rng: random.Random, name: str, obj: str, sep: str, q: str) -> str:
     return ("\n" + context if context else "") + "\n" + indent + ask
 
 
-def generic_needle(rng: random.Random, form: random.Random | None = None) -> tuple[str, str, str]:
+def _restated(rng: random.Random, binding: str, cut: int, value: str) -> tuple[str, str]:
+    """(question, answer): the binding's line repeated up to its value, under another owner or after a lead-in."""
+    head = binding[:cut]
+    if head[:1].isalpha() and head.split(" ", 1)[0] not in KEYWORDS and rng.random() < 0.5:
+        head = rng.choice(RESTATE_OWNERS) + head
+    ask = "\n" + rng.choice(RESTATE_LEADS) + head
+    closing = head[-1] if head[-1] in "\"'`" else ""
+    bare = ask if closing else ask.rstrip(" \t")
+    return bare, ask[len(bare) :] + value + closing
+
+
+def generic_needle(
+    rng: random.Random, form: random.Random | None = None, restate: bool = False
+) -> tuple[str, str, str]:
     """(binding line, question, answer text): the question never ends in a space (BPE puts it on the value).
 
     With `form`, the syntax is drawn from it and only the name and value from `rng`: needles made with copies of
-    one form generator share their syntax, the probes' setting where distractors are bound the same way."""
+    one form generator share their syntax, the probes' setting where distractors are bound the same way. With
+    `restate`, the question repeats the binding's own line up to the value (`_restated`)."""
     f = form or rng
     name = make_name(rng, f.choice(("snake", "upper", "camel", "kebab")))
     value = make_value(rng, f.choice(("alnum", "digits", "word")))
     obj = f.choice(OBJECTS)
     q = f.choice(QUOTES)
-    binding, sep = _binding(f, name, obj, value, q)
+    binding, sep, cut = _binding(f, name, obj, value, q)
+    if restate:
+        return (binding + "\n", *_restated(rng, binding, cut, value))
     ask = _ask(f, name, obj, sep, q)
     if q and f.random() < 0.8:
         asked_q = q if f.random() < 0.75 else f.choice(('"', "'"))

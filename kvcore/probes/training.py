@@ -11,14 +11,30 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from kvcore.probes.families import FAMILIES, TRAIN_FAMILIES
 from kvcore.probes.forms import COMPARATORS, LEADS, generic_needle
 from kvcore.probes.names import PREFIXES, SUFFIXES, WORDS, make_name, make_value
 
-#: Share of needle documents whose bindings all share one form, as a probe's distractors do. 0 is the shipped
-#: model's mixture; 0.5 was tried in a continuation run and bought no recall on unseen forms (TRAINING.md).
-SAME_FORM_SHARE = 0.0
+
+@dataclass(frozen=True)
+class NeedleMix:
+    """How needle documents are made; the defaults are the shipped model's documents (TRAINING.md).
+
+    `same_form_share`: documents whose bindings all share one form, as a probe's distractors do (0.5 alone, in a
+    continuation run, bought no recall on unseen forms). `dense_share`: documents with 6–16 bindings, each asked
+    1–2 times, several times the retrieval targets of a plain needle document in the same tokens.
+    `restate_share`: generic asks that repeat the binding's own line up to the value, under another owner or
+    lead-in (`kvcore.probes.forms.generic_needle`), the copy a restated call or assignment asks for. A share of 0
+    draws nothing from the generator, so the shipped stream stays byte-identical."""
+
+    same_form_share: float = 0.0
+    dense_share: float = 0.0
+    restate_share: float = 0.0
+
+
+SHIPPED_MIX = NeedleMix()
 
 #: Share of each document kind among the synthetic documents; why these shares: TRAINING.md.
 KINDS: dict[str, float] = {
@@ -47,17 +63,20 @@ def _spread(rng: random.Random, n: int, lo: float, hi: float) -> list[float]:
     return sorted(rng.uniform(lo, hi) for _ in range(n))
 
 
-def _needles(rng: random.Random, same_form_share: float) -> list[tuple[float, str]]:
-    """1–8 bindings at any depth, some asked for later (each ask after its binding), distractors left unasked.
+def _needles(rng: random.Random, mix: NeedleMix) -> list[tuple[float, str]]:
+    """1–8 bindings at any depth (6–16 in a dense document), some asked for later (each ask after its binding),
+    distractors left unasked.
 
     30 % use the training families, the rest a randomly assembled form (`kvcore.probes.forms`). In a
     `same_form_share` of documents every binding shares one form, as a probe's distractors do: then only the
     name tells the asked binding from the others."""
-    shared = same_form_share > 0 and rng.random() < same_form_share
+    shared = mix.same_form_share > 0 and rng.random() < mix.same_form_share
     family = FAMILIES[rng.choice(TRAIN_FAMILIES)] if shared and rng.random() < 0.3 else None
     form_seed = rng.getrandbits(64) if shared else None
+    dense = mix.dense_share > 0 and rng.random() < mix.dense_share
+    count = rng.randint(6, 16) if dense else rng.randint(2 if shared else 1, 8)
     events, asked = [], set()
-    for _ in range(rng.randint(2 if shared else 1, 8)):
+    for _ in range(count):
         fam = family if shared else (FAMILIES[rng.choice(TRAIN_FAMILIES)] if rng.random() < 0.3 else None)
         if fam is not None:
             name, value = make_name(rng, fam.style), make_value(rng, fam.values)
@@ -65,13 +84,14 @@ def _needles(rng: random.Random, same_form_share: float) -> list[tuple[float, st
             answer = _lead(fam.bind) + value + _closing(fam.bind)
         else:
             form = random.Random(form_seed) if shared else None
-            binding, ask, answer = generic_needle(rng, form)
+            restate = mix.restate_share > 0 and rng.random() < mix.restate_share
+            binding, ask, answer = generic_needle(rng, form, restate)
         if shared and ask in asked:
             continue  # the same name twice would make the question ambiguous
         asked.add(ask)
         at = rng.uniform(0.0, 0.8)
         events.append((at, binding))
-        for _ in range(rng.choice((0, 1, 1, 1, 2))):
+        for _ in range(rng.choice((1, 1, 2)) if dense else rng.choice((0, 1, 1, 1, 2))):
             events.append((rng.uniform(at + 0.02, 0.97), ask + answer + "\n\n"))
     return events
 
@@ -154,12 +174,12 @@ def synthetic_document(
     take: TakeLines,
     n_chars: int,
     kind: str | None = None,
-    same_form_share: float = SAME_FORM_SHARE,
+    mix: NeedleMix = SHIPPED_MIX,
 ) -> str:
     """About `n_chars` characters of code with one kind of retrieval task woven through it."""
     kind = kind or rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
     if kind == "needles":
-        events = _needles(rng, same_form_share)
+        events = _needles(rng, mix)
     elif kind == "table":
         events = _table(rng)
     elif kind == "repeat":

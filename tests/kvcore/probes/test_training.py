@@ -9,7 +9,8 @@ import pytest
 
 from kvcore.probes import FAMILIES, HELDOUT_FAMILIES, TRAIN_FAMILIES
 from kvcore.probes.filler import filler_lines
-from kvcore.probes.training import KINDS, _needles, code_taker, synthetic_document
+from kvcore.probes.forms import RESTATE_OWNERS, generic_needle
+from kvcore.probes.training import KINDS, NeedleMix, _needles, code_taker, synthetic_document
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +68,10 @@ def test_repeat_copies_a_block_and_tracking_asks_for_the_last_assignment(take):
     assert any(rep.count(b) >= 2 for b in blocks)
 
 
-def test_no_document_uses_a_held_out_form(take):
+@pytest.mark.parametrize("mix", [NeedleMix(), NeedleMix(0.5, 0.5, 0.5)], ids=["shipped", "dense-restated"])
+def test_no_document_uses_a_held_out_form(take, mix):
     rng = random.Random(0)
-    text = "".join(synthetic_document(rng, take, 4000) for _ in range(150))
+    text = "".join(synthetic_document(rng, take, 4000, mix=mix) for _ in range(150))
     for family in HELDOUT_FAMILIES:
         for part in _fixed_parts(FAMILIES[family].bind) + _fixed_parts(FAMILIES[family].ask):
             assert part not in text, f"{family}: {part!r} appears in training documents"
@@ -82,7 +84,11 @@ def test_same_form_needles_differ_only_by_name():
     for shared_share, expect_same in ((1.0, True), (0.0, False)):
         same = 0
         for seed in range(60):
-            bindings = [t for _, t in _needles(random.Random(seed), shared_share) if not t.startswith("\n")]
+            bindings = [
+                t
+                for _, t in _needles(random.Random(seed), NeedleMix(same_form_share=shared_share))
+                if not t.startswith("\n")
+            ]
             shapes = {skeleton.sub("w", b) for b in bindings}
             if len(bindings) >= 2:
                 same += len(shapes) == 1
@@ -90,3 +96,27 @@ def test_same_form_needles_differ_only_by_name():
                 assert len(bindings) >= 2 and len(shapes) == 1, bindings
                 assert len(set(bindings)) == len(bindings)
         assert expect_same or same < 20
+
+
+def test_dense_needle_documents_bind_many_names_and_ask_each():
+    for seed in range(40):
+        events = _needles(random.Random(seed), NeedleMix(dense_share=1.0))
+        bindings = [t for _, t in events if not t.startswith("\n")]
+        asks = [t for _, t in events if t.startswith("\n")]
+        assert 6 <= len(bindings) <= 16
+        assert len(asks) >= len(bindings)
+
+
+def test_a_restated_ask_repeats_the_binding_line_up_to_its_value():
+    """The question's last line is the binding's own line (under another owner, maybe) and the answer completes
+    it; the question never ends in white space (BPE puts the space on the value)."""
+    rng = random.Random(5)
+    owned = 0
+    for _ in range(300):
+        binding, ask, answer = generic_needle(rng, restate=True)
+        line = ask.split("\n")[-1].lstrip()
+        owner = next((o for o in RESTATE_OWNERS if line.startswith(o) and not binding.startswith(o)), "")
+        owned += bool(owner)
+        assert binding.startswith(line[len(owner) :] + answer), (binding, ask, answer)
+        assert not ask.endswith((" ", "\t"))
+    assert owned >= 30
