@@ -726,6 +726,25 @@ def probe_recall(model, tok, device: str, families: tuple[str, ...], n: int, see
     return {"recall": hits / n, "probes": n, "per_family": {k: v[0] / v[1] for k, v in per_family.items()}}
 
 
+def evaluation(model, tok, heldout_ids: np.ndarray, args, log) -> tuple[dict, dict, dict]:
+    """Held-out code at 1,024 and --long-seq tokens, and dense recall on --probe-eval probes of each family set
+    (the same probes every run and `--eval-only` draw, so models compare side by side)."""
+    from kvcore.probes import HELDOUT_FAMILIES, TRAIN_FAMILIES
+
+    heldout = evaluate(model, heldout_ids, 1024, args.device)
+    heldout_long = evaluate(model, heldout_ids, args.long_seq, args.device)
+    log(f"held-out @1024: {heldout}")
+    log(f"held-out @{args.long_seq}: {heldout_long}")
+    recall = {
+        "heldout_families": probe_recall(
+            model, tok, args.device, HELDOUT_FAMILIES, args.probe_eval, 1_000_000
+        ),
+        "train_families": probe_recall(model, tok, args.device, TRAIN_FAMILIES, args.probe_eval, 2_000_000),
+    }
+    log(f"dense probe recall: {json.dumps(recall)}")
+    return heldout, heldout_long, recall
+
+
 def export(model, out: Path, config: dict, dtype: str, shard_mb: float) -> dict:
     """Sharded safetensors + index in the HF layout (each shard small enough to travel back)."""
     import torch
@@ -846,6 +865,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--probe-eval", type=int, default=40, help="probes per family set in the final recall eval"
     )
+    p.add_argument(
+        "--eval-only",
+        action="store_true",
+        help="measure the --init-from model (held-out code, probes), no training",
+    )
     p.add_argument("--tokenizer-sample-mb", type=float, default=48.0)
     p.add_argument("--no-site-packages", action="store_true", help="standard library only (overfits)")
     p.add_argument("--max-site-mb", type=float, default=None, help="cap on site-packages bytes")
@@ -900,6 +924,14 @@ def main(argv: list[str] | None = None) -> int:
     baseline = unigram_baseline(train_ids, heldout_ids, vocab_size)
     log(f"unigram baseline: {baseline}")
 
+    if args.eval_only:
+        if args.init_from is None:
+            raise SystemExit("--eval-only measures an exported model: name it with --init-from")
+        model = build_model(args.shape, vocab_size, eos_id, args.device)
+        load_weights(args.init_from, model)
+        evaluation(model, tok, heldout_ids, args, log)
+        return 0
+
     synthetic = None
     if args.synthetic_share > 0:
         start = checkpoint_counters(args.checkpoint).get("synthetic_next", 0)
@@ -918,20 +950,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"trained: {stats}")
     if stats["paused"]:
         return 0
-    heldout = evaluate(model, heldout_ids, 1024, args.device)
-    heldout_long = evaluate(model, heldout_ids, args.long_seq, args.device)
-    log(f"held-out @1024: {heldout}")
-    log(f"held-out @{args.long_seq}: {heldout_long}")
-    from kvcore.probes import HELDOUT_FAMILIES, TRAIN_FAMILIES
+    heldout, heldout_long, recall = evaluation(model, tok, heldout_ids, args, log)
     from kvcore.probes.training import KINDS
 
-    recall = {
-        "heldout_families": probe_recall(
-            model, tok, args.device, HELDOUT_FAMILIES, args.probe_eval, 1_000_000
-        ),
-        "train_families": probe_recall(model, tok, args.device, TRAIN_FAMILIES, args.probe_eval, 2_000_000),
-    }
-    log(f"dense probe recall: {json.dumps(recall)}")
     config = mlx_config(args.shape, vocab_size, eos_id, args.export_dtype)
     exported = export(model, args.out, config, args.export_dtype, args.shard_mb)
     import torch
