@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = {
         "K8/V8": CompressionConfig("full", 1.0, bits=8),
         "K8/V4": CompressionConfig("full", 1.0, bits=8, value_bits=4),
+        "K4/V8": CompressionConfig("full", 1.0, bits=4, value_bits=8),
         "K4/V4": CompressionConfig("full", 1.0, bits=4),
         f"K4/V4 fp{args.fp_recent}": CompressionConfig("full", 1.0, bits=4, fp_recent=args.fp_recent),
         "K16/V4": CompressionConfig("full", 1.0, bits=None, value_bits=4),
