@@ -2,11 +2,14 @@
 
 Figures measured here (papers' schedule, 12 greedy tokens, first divergence index; None = identical to dense):
 - long_identifier.txt (611 tokens; dense copies `compute_exponential_moving_average(values)`, defined ~590 tokens
-  earlier): r = 0.5 tova None, snapkv and adakv 5 (`_exponential_decay_smoothed(`), pyramidkv / h2o /
-  streaming_llm 1, random 2; r = 0.25 snapkv, pyramidkv and tova 5 (`_exponential` kept), adakv / h2o /
-  streaming_llm / random 1.
-- repeated_block.txt (820 tokens, cut inside the copied line), r = 0.5: snapkv, adakv and tova None, pyramidkv and
-  streaming_llm 2, h2o 4, random 1; r = 0.25: every method 2 (random 1).
+  earlier): r = 0.5 tova None, adakv 5 (`_exponential_summary(`), snapkv / pyramidkv / h2o / streaming_llm 1,
+  random 2; r = 0.25 tova 5 (`_exponential_decay(`, `_exponential` kept), every other method 1. tova scores positions by the
+  last prompt query's attention alone, snapkv by the last 64 queries' mean, which here misses the definition (the
+  model before this one kept it with snapkv at both ratios). On 30 generated prompts of the same kind
+  (TRAINING.md) no method keeps such a name at 25 % with either model: this prompt shows the case where one does.
+- repeated_block.txt (820 tokens, cut inside the copied line), r = 0.5: snapkv and adakv None, pyramidkv and tova
+  6, h2o 4, streaming_llm 2, random 1; r = 0.25: adakv None, snapkv / pyramidkv / tova 6, h2o 4, streaming_llm 2,
+  random 1.
 """
 
 import pytest
@@ -31,16 +34,17 @@ def test_long_identifier_query_aware_methods_copy_further_than_streaming_llm(dem
     assert demo.tokenizer.decode(demo.dense_tokens).startswith(NAME)
     lost = _regenerate(demo, "streaming_llm", 0.5)
     assert not demo.tokenizer.decode(lost.tokens).startswith("_exponential")
-    for method in ("snapkv", "adakv"):
+    for method in ("adakv", "tova"):
         kept = _regenerate(demo, method, 0.5)
         assert demo.tokenizer.decode(kept.tokens).startswith("_exponential"), method
-        assert kept.metrics["first_divergence"] > lost.metrics["first_divergence"], method
+        diverged = kept.metrics["first_divergence"]  # None: identical to dense
+        assert diverged is None or diverged > lost.metrics["first_divergence"], method
 
 
-def test_long_identifier_at_a_quarter_of_the_cache_snapkv_keeps_what_streaming_llm_loses(demo):
+def test_long_identifier_at_a_quarter_of_the_cache_tova_keeps_what_streaming_llm_loses(demo):
     demo.prefill((prompts_dir() / "long_identifier.txt").read_text(), n_tokens=12)
     lost = _regenerate(demo, "streaming_llm", 0.25)
-    kept = _regenerate(demo, "snapkv", 0.25)
+    kept = _regenerate(demo, "tova", 0.25)
     assert not demo.tokenizer.decode(lost.tokens).startswith("_exponential")
     assert demo.tokenizer.decode(kept.tokens).startswith("_exponential")
     assert kept.metrics["first_divergence"] > lost.metrics["first_divergence"]

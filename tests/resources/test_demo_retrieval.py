@@ -3,15 +3,15 @@
 Probes from the project's generator with seeds, names, values and filler the training never saw (filler is held-out
 standard-library code), 560–1,750 tokens, needle depth uniform in [0.1, 0.9], values of 1–3 tokens, papers'
 schedule. Measured when the model was trained (TRAINING.md):
-- 30 probes in the 15 trained syntactic forms: dense 0.967, snapkv@25 % 0.933, snapkv@50 % 0.967, adakv@25 % 0.933,
-  streaming_llm@25 % 0.233, random@25 % 0.000.
-- 40 probes in the 10 held-out forms (templates the training never saw): dense 0.850, snapkv@25 % 0.775,
-  snapkv@50 % 0.850, adakv@25 % 0.850, streaming_llm@25 % 0.225, random@25 % 0.100. The issue's snapkv targets
-  (>= 0.7 at 25 %, >= 0.8 at 50 %) hold on unseen forms; dense >= 0.9 does not (0.85).
-streaming_llm keeps the sinks and the most recent quarter, so it recalls the needles bound near the end (depth
->= 0.71: 5 of its 7 hits on the trained forms, 7 of 9 on the held-out ones) and a few evicted ones whose value later
-kept positions carry, computed in the dense prefill while the needle was visible (with the binding deleted the model
-writes another value; TRAINING.md): 0.233 / 0.225, above the issue's 0.2 by a probe.
+- 30 probes in the 15 trained syntactic forms: dense 1.000, snapkv@25 % 0.967, snapkv@50 % 1.000, adakv@25 % 0.967,
+  streaming_llm@25 % 0.267, random@25 % 0.000.
+- 40 probes in the 10 held-out forms (templates the training never saw): dense 0.900, snapkv@25 % 0.850,
+  snapkv@50 % 0.900, adakv@25 % 0.875, streaming_llm@25 % 0.200, random@25 % 0.100: the issue's targets (dense
+  >= 0.9, snapkv >= 0.7 at 25 % and >= 0.8 at 50 %, streaming_llm <= 0.2, random <= 0.3) on unseen forms, dense and
+  streaming_llm exactly at theirs (the model before this one: 0.850 and 0.225).
+streaming_llm keeps the sinks and the most recent quarter, so it recalls the needles bound near the end and a few
+evicted ones whose value later kept positions carry, computed in the dense prefill while the needle was visible
+(with the binding deleted the model writes another value; TRAINING.md).
 """
 
 from __future__ import annotations
@@ -81,9 +81,9 @@ def test_query_blind_methods_lose_the_needle(trained_forms):
     assert trained_forms["adakv25"] >= trained_forms["streaming25"] + 0.6, trained_forms
 
 
-def test_held_out_forms_meet_the_snapkv_targets_and_keep_the_ordering(held_out_forms):
+def test_held_out_forms_meet_the_issue_targets_and_keep_the_ordering(held_out_forms):
     recall = held_out_forms
-    assert recall[DENSE] >= 0.8, recall
+    assert recall[DENSE] >= 0.9, recall
     assert recall["snapkv25"] >= 0.7, recall
     assert recall["snapkv50"] >= 0.8, recall
     assert recall["snapkv50"] >= recall[DENSE] - 0.05, recall
@@ -92,3 +92,4 @@ def test_held_out_forms_meet_the_snapkv_targets_and_keep_the_ordering(held_out_f
         min(recall["snapkv25"], recall["adakv25"]) >= max(recall["streaming25"], recall["random25"]) + 0.4
     ), recall
     assert recall["random25"] <= 0.2, recall
+    assert recall["streaming25"] <= 0.2, recall
