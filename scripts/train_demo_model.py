@@ -533,6 +533,39 @@ def make_step_loss(model, vocab_size: int, compiled: bool):
     return torch.compile(step_loss) if compiled else step_loss
 
 
+class TailAverage:
+    """Uniform running mean of the weights from `start` (a share of the run's progress) to its end.
+
+    Averaging the last stretch of a run cancels part of the step noise that the cosine's tail would otherwise
+    have to anneal away; the mean is exported beside the last weights so both can be measured."""
+
+    def __init__(self, model, start: float):
+        self.params = list(model.parameters())
+        self.start = start
+        self.n = 0
+        self.mean = None
+
+    def update(self, progress: float) -> None:
+        if not self.start or progress < self.start:
+            return
+        import torch
+
+        self.n += 1
+        with torch.no_grad():
+            if self.mean is None:
+                self.mean = [p.detach().float().clone() for p in self.params]
+            else:
+                torch._foreach_lerp_(self.mean, [p.detach().float() for p in self.params], 1.0 / self.n)
+
+    def swap_into(self, model) -> None:
+        """Put the mean into the model's parameters (the last weights are not kept)."""
+        import torch
+
+        with torch.no_grad():
+            for p, m in zip(self.params, self.mean, strict=True):
+                p.copy_(m)
+
+
 def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id: int, log):
     """AdamW + cosine on random windows; `synthetic_share` of every batch is synthetic retrieval documents.
 
@@ -580,6 +613,7 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
         log(f"resumed at step {step} after {before_s:.0f} s of training (piece {pieces})")
     t0 = time.time()
     paused = False
+    average = TailAverage(model, args.average_from)
     model.train()
     while step < args.steps:
         elapsed = before_s + time.time() - t0
@@ -621,6 +655,7 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        average.update(progress)
         step += 1
         tokens += bsz * seq
         if step % args.log_every == 0 or step == 1:
@@ -638,6 +673,7 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
         "final_train_loss": float(loss.item()) if step else float("nan"),
         "parameters": n_params,
         "paused": paused,
+        "averaged_steps": average.n,
         "piece_commands": [*commands, " ".join(sys.argv)],
     }
     if synthetic is not None:
@@ -658,7 +694,7 @@ def train_model(args, train_ids: np.ndarray, synthetic, vocab_size: int, eos_id:
             },
         )
         log(f"paused at step {step} after {stats['train_seconds']:.0f} s; checkpoint {args.checkpoint}")
-    return model, stats
+    return model, average, stats
 
 
 def evaluate(model, ids: np.ndarray, seq: int, device: str, batch: int = 16) -> dict:
@@ -812,6 +848,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=150)
     p.add_argument("--min-lr-frac", type=float, default=0.1, help="the cosine ends at this share of the peak")
     p.add_argument(
+        "--average-from",
+        type=float,
+        default=0.0,
+        help="also export (to OUT/average) the mean of the weights from this share of the run on (0: off)",
+    )
+    p.add_argument(
         "--init-from", type=Path, default=None, help="start from this exported model's weights (a warm start)"
     )
     p.add_argument(
@@ -887,6 +929,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.lr is None:
         args.lr = PEAK_LR[args.shape]
+    if not 0 <= args.average_from < 1:
+        raise SystemExit(f"--average-from is a share of the run in [0, 1), not {args.average_from}")
+    if args.average_from and args.pause_after_min:
+        raise SystemExit("--average-from needs a run in one piece: the mean is not kept in a checkpoint")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     args.out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
@@ -946,7 +992,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         log(f"synthetic: sequences of {args.long_seq + 1} tokens made while training, from row {start:,}")
 
-    model, stats = train_model(args, train_ids, synthetic, vocab_size, eos_id, log)
+    model, average, stats = train_model(args, train_ids, synthetic, vocab_size, eos_id, log)
     log(f"trained: {stats}")
     if stats["paused"]:
         return 0
@@ -955,6 +1001,21 @@ def main(argv: list[str] | None = None) -> int:
 
     config = mlx_config(args.shape, vocab_size, eos_id, args.export_dtype)
     exported = export(model, args.out, config, args.export_dtype, args.shard_mb)
+    averaged = None
+    if average.mean is not None:
+        average.swap_into(model)
+        log(f"tail average of the last {average.n} steps:")
+        avg_heldout, avg_long, avg_recall = evaluation(model, tok, heldout_ids, args, log)
+        avg_out = args.out / "average"
+        avg_out.mkdir(parents=True, exist_ok=True)
+        averaged = {
+            "steps": average.n,
+            "from_progress": args.average_from,
+            "heldout": avg_heldout,
+            "heldout_long": avg_long,
+            "dense_probe_recall": avg_recall,
+            "export": export(model, avg_out, config, args.export_dtype, args.shard_mb),
+        }
     import torch
     import transformers
 
@@ -994,6 +1055,7 @@ def main(argv: list[str] | None = None) -> int:
         "heldout": heldout,
         "heldout_long": heldout_long,
         "dense_probe_recall": recall,
+        "tail_average": averaged,
         "synthetic_kinds": KINDS,
         "unigram_baseline": baseline,
         "export": {**exported, "dtype": args.export_dtype},
