@@ -16,7 +16,9 @@ class Family:
 
     `held_out` families never appear in the demo model's training data: tests measure recall on them.
     `style` picks how names are spelt ("snake", "upper", "camel", "kebab"); `values` what a value looks like
-    ("alnum", "digits", "word").
+    ("alnum", "digits", "word"). Held-out families never use "word": under the papers' schedule the first token
+    is the dense prefill's, and a word is finished from its first token (` vi` → `olet`, all the more after
+    `border-color`), so a method that evicted the needle would still write it.
     """
 
     name: str

@@ -8,5 +8,5 @@ FAMILY = Family(
     ask="\n.card {{ border-color: var(--{name}); }}\n/* --{name}:",
     held_out=True,
     style="kebab",
-    values="word",
+    values="alnum",
 )

@@ -8,5 +8,5 @@ FAMILY = Family(
     ask='\nassert getattr(config, "{name}") == "',
     held_out=True,
     style="snake",
-    values="word",
+    values="alnum",
 )
