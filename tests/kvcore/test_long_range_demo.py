@@ -2,13 +2,12 @@
 
 Figures measured here (papers' schedule, 12 greedy tokens, first divergence index; None = identical to dense):
 - long_identifier.txt (611 tokens; dense copies `compute_exponential_moving_average(values)`, defined ~590 tokens
-  earlier): r = 0.5 tova None, adakv 5 (`_exponential_summary(`), snapkv / pyramidkv / h2o / streaming_llm 1,
-  random 2; r = 0.25 tova 5 (`_exponential_decay(`, `_exponential` kept), every other method 1. tova scores positions by the
-  last prompt query's attention alone, snapkv by the last 64 queries' mean, which here misses the definition (the
-  model before this one kept it with snapkv at both ratios). On 30 generated prompts of the same kind
-  (TRAINING.md) no method keeps such a name at 25 % with either model: this prompt shows the case where one does.
+  earlier): r = 0.5 tova None, adakv 5 (`_exponential_decay_smoothed(`), snapkv / pyramidkv / h2o / streaming_llm
+  1, random 2; r = 0.25 snapkv / adakv / pyramidkv / tova 5 (`_exponential` kept), h2o / streaming_llm / random 1.
+  At 50 % snapkv's mean over the last 64 queries misses the definition that tova's last query finds. On 30
+  generated prompts of the same kind the previous model kept no such name at 25 % (TRAINING.md).
 - repeated_block.txt (820 tokens, cut inside the copied line), r = 0.5: snapkv and adakv None, pyramidkv and tova
-  6, h2o 4, streaming_llm 2, random 1; r = 0.25: adakv None, snapkv / pyramidkv / tova 6, h2o 4, streaming_llm 2,
+  6, h2o 4, streaming_llm 2, random 1; r = 0.25: adakv None, snapkv / pyramidkv 6, tova / h2o / streaming_llm 2,
   random 1.
 """
 
