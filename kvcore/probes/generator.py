@@ -40,7 +40,7 @@ def _filler_counts(tokenizer: Any, lines: Sequence[str], encode: Encode) -> list
     return _counts_cache[key]
 
 
-def _value(rng: random.Random, kind: str, encode: Encode, question: str = "") -> str:
+def _value(rng: random.Random, kind: str, encode: Encode, question: str) -> str:
     """A value of 1–3 tokens that `question` does not contain: a word value can be a word of the name
     (`beacon` for `--batch-beacon-code`), and an answer the question spells out is read from the question, so
     its recall would say nothing about the needle."""
