@@ -12,7 +12,9 @@ heads, 8 kv-heads of 128, bf16):
   2. h2o sums (`kvcore.kernels.h2o_sums`): one capture chunk of 2048 queries over 2048, 8192 and 32768 keys, with
      earlier sums added: kernel against `kvcore.capture._accumulate_h2o` with the kernels switched off (float32
      softmax blocks): relative error, how far each query's probabilities are from summing to 1, the overlap of the
-     25 % each keeps per kv-head; time of both and of MLX's fused causal attention over the same chunk.
+     25 % each keeps per kv-head; time of both, of the kernels before their pipelined version
+     (`benchmarks/h2o_sums_before.py`) and of MLX's fused causal attention over the same chunk. Also at 2048 keys
+     with head_dim 64 (fp16) and 256 (bf16), the other shapes the kernels take.
   3. end to end on 4 layers of the same layout (random weights): `prefill_with_capture` of 4096 tokens, h2o eager
      with and without the kernels (sums compared layer by layer), then 16 greedy tokens decoded from the AdaKV
      25 % snapkv cache with and without the ragged kernel (logits and tokens compared).
@@ -32,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import common
+from benchmarks import common, h2o_sums_before
 from benchmarks.bench_decode import attention_for
 from benchmarks.common import Row, synthetic_cache
 from benchmarks.gpu_bench import H_KV, H_Q, HEAD_DIM, NAME, SMALL, write
@@ -131,21 +133,26 @@ def ragged_rows(T: int, rounds: int) -> list[Row]:
     ]  # fmt: skip
 
 
-def h2o_rows(n_keys: int, rounds: int) -> list[Row]:
+def h2o_rows(n_keys: int, rounds: int, head_dim: int = HEAD_DIM, dtype: Any = mx.bfloat16) -> list[Row]:
     rng = np.random.default_rng(n_keys)
-    q = mx.array(rng.standard_normal((H_Q, CHUNK, HEAD_DIM)), mx.bfloat16)
-    keys = mx.array(rng.standard_normal((H_KV, n_keys, HEAD_DIM)), mx.bfloat16)
+    q = mx.array(rng.standard_normal((H_Q, CHUNK, head_dim)), dtype)
+    keys = mx.array(rng.standard_normal((H_KV, n_keys, head_dim)), dtype)
+    scale = head_dim**-0.5
     n_prev = n_keys - CHUNK
     prev = mx.array(rng.random((H_Q, n_prev)) * 4, mx.float32) if n_prev else None
     mx.eval([x for x in (q, keys, prev) if x is not None])
     used = h2o_sums.applies(q, keys)
 
     def fused() -> mx.array:
-        return _accumulate_h2o(prev, q, keys, SCALE)
+        return _accumulate_h2o(prev, q, keys, scale)
 
     def ops() -> mx.array:
         with kernels.switched(False):
-            return _accumulate_h2o(prev, q, keys, SCALE)
+            return _accumulate_h2o(prev, q, keys, scale)
+
+    def before() -> mx.array:
+        with h2o_sums_before.swapped():
+            return _accumulate_h2o(prev, q, keys, scale)
 
     a, b = np.asarray(fused()), np.asarray(ops())
     rel = float((np.abs(a - b) / np.maximum(np.abs(b), 1e-30)).max())
@@ -163,20 +170,25 @@ def h2o_rows(n_keys: int, rounds: int) -> list[Row]:
         {
             "kernel": fused,
             "ops": ops,
-            "sdpa": lambda: mx.fast.scaled_dot_product_attention(qa, ka, ka, scale=SCALE, mask="causal"),
+            "before": before,
+            "sdpa": lambda: mx.fast.scaled_dot_product_attention(qa, ka, ka, scale=scale, mask="causal"),
         },
         rounds,
     )
+    model = NAME if head_dim == HEAD_DIM else f"{NAME} heads, head_dim {head_dim}, {dtype}"
     note = f"kernel used: {used}; chunk of {CHUNK} queries"
-    print(f"  h2o keys={n_keys}: max rel err {rel:.2e}, row-sum err {row_sum:.2e}, 25 % overlap {overlap:.4f}; "
-          f"{ms['kernel']:.2f} ms vs ops {ms['ops']:.2f} ms, fused attention {ms['sdpa']:.2f} ms", flush=True)  # fmt: skip
+    print(f"  h2o keys={n_keys} D={head_dim}: max rel err {rel:.2e}, row-sum err {row_sum:.2e}, 25 % overlap "
+          f"{overlap:.4f}; {ms['kernel']:.2f} ms vs ops {ms['ops']:.2f} ms, before {ms['before']:.2f} ms, "
+          f"fused attention {ms['sdpa']:.2f} ms", flush=True)  # fmt: skip
     return [
-        Row(bench="h2o sums", case="kernel vs MLX ops (float32 softmax)", model=NAME, context=n_keys, value=rel,
+        Row(bench="h2o sums", case="kernel vs MLX ops (float32 softmax)", model=model, context=n_keys, value=rel,
             unit="max rel err", note=f"row sums off 1 by {row_sum:.2e}; 25 % kept overlap {overlap:.4f}; " + note,
             extra={"row_sum_err": row_sum, "overlap_25": round(overlap, 5)}),
-        Row(bench="h2o sums", case="one chunk, kernel / MLX ops", model=NAME, context=n_keys, value=ms["kernel"],
+        Row(bench="h2o sums", case="one chunk, kernel / MLX ops", model=model, context=n_keys, value=ms["kernel"],
             unit="ms", baseline=ms["ops"], ratio=ms["kernel"] / ms["ops"], note=note),
-        Row(bench="h2o sums", case="one chunk, kernel / MLX fused causal attention", model=NAME, context=n_keys,
+        Row(bench="h2o sums", case="one chunk, kernel / kernel before", model=model, context=n_keys,
+            value=ms["kernel"], unit="ms", baseline=ms["before"], ratio=ms["kernel"] / ms["before"], note=note),
+        Row(bench="h2o sums", case="one chunk, kernel / MLX fused causal attention", model=model, context=n_keys,
             value=ms["kernel"], unit="ms", baseline=ms["sdpa"], ratio=ms["kernel"] / ms["sdpa"], note=note),
     ]  # fmt: skip
 
@@ -249,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     sections: list[tuple[str, Callable[[], list[Row]]]] = []
     sections += [(f"ragged T={T}", lambda T=T: ragged_rows(T, args.rounds)) for T in args.contexts]
     sections += [(f"h2o keys={n}", lambda n=n: h2o_rows(n, args.rounds)) for n in args.key_lengths]
+    sections += [
+        (f"h2o keys={CHUNK} D={d}", lambda d=d, t=t: h2o_rows(CHUNK, args.rounds, d, t))
+        for d, t in ((64, mx.float16), (256, mx.bfloat16))
+    ]
     sections.append(("end to end", lambda: end_to_end_rows(args.e2e_tokens, 16)))
     for what, run in sections:
         try:

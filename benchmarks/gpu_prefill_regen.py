@@ -3,10 +3,12 @@
 d. The same T random tokens prefilled (fresh cache each time) by mlx-lm's own loop (`generate_step`'s: chunks of
    2048, `mx.eval` of the cache state and `mx.clear_cache` per chunk, then the last token alone) and by
    `prefill_with_capture` exactly as `Session.prefill` calls it (capture window 256, `hold_last`, h2o "auto",
-   which is eager with kvcore's h2o kernels on CUDA (kvcore.capture_mode), "eager", "eager" with the kernels
-   switched off (MLX's operations) and "lazy" beside it): wall time and peak memory per case; capture's extra memory
-   is its peak minus the plain prefill's, over the dense cache's bytes; `held_mib` is what stays allocated while the
-   result is kept (the cache included), `held_over_dense` its part beyond the plain prefill's, over the cache.
+   which is eager with kvcore's h2o kernels on CUDA (kvcore.capture_mode), "eager", "eager" with the h2o kernels
+   before their pipelined version (`benchmarks/h2o_sums_before.py`) and "lazy" beside it; MLX's operations alone,
+   the kernels switched off, took 11.9× the plain prefill at 32k and are left out for the device time): wall time
+   and peak memory per case; capture's extra memory is its peak minus the plain prefill's, over the dense cache's
+   bytes; `held_mib` is what stays allocated while the result is kept (the cache included), `held_over_dense` its
+   part beyond the plain prefill's, over the cache.
 e. A Session (no tokenizer: token ids in) prefilled with T tokens and a 32-token dense continuation, compressed to
    25 % per-head snapkv; `Session.regenerate` (teacher-forced pass + free continuation of n tokens) against
    `mlx_lm.generate_step` producing n tokens from a copy of the same compressed cache.
@@ -15,6 +17,7 @@ Rounds are interleaved over the cases; medians are reported.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -22,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import h2o_sums_before
 from benchmarks.bench_decode import attention_for
 from benchmarks.common import Row
-from kvcore import attention, caches, kernels
+from kvcore import attention, caches
 from kvcore.capture import prefill_with_capture
 from kvcore.defaults import CAPTURE_WINDOW, DEFAULT_H2O_CAPTURE
 from kvcore.loading import ModelInfo
@@ -72,9 +76,9 @@ def prefill_rows(model: Any, name: str, T: int, rounds: int) -> list[Row]:
     ids = np.random.default_rng(T).integers(0, model.args.vocab_size, T).tolist()
     n_layers = len(model.layers)
 
-    def capture(h2o: str, fused: bool = True) -> Callable[[], Any]:
+    def capture(h2o: str, before: bool = False) -> Callable[[], Any]:
         def run() -> Any:
-            with kernels.switched(fused):
+            with h2o_sums_before.swapped() if before else contextlib.nullcontext():
                 return prefill_with_capture(model, ids, window=CAPTURE_WINDOW, chunk_size=CHUNK, h2o=h2o,
                                             hold_last=True)  # fmt: skip
 
@@ -84,7 +88,7 @@ def prefill_rows(model: Any, name: str, T: int, rounds: int) -> list[Row]:
         "mlx-lm plain prefill": (False, lambda: plain_prefill(model, ids)),
         f"kvcore capture h2o={DEFAULT_H2O_CAPTURE}": (True, capture(DEFAULT_H2O_CAPTURE)),
         "kvcore capture h2o=eager": (True, capture("eager")),
-        "kvcore capture h2o=eager, kernels off": (True, capture("eager", fused=False)),
+        "kvcore capture h2o=eager, kernels before": (True, capture("eager", before=True)),
         "kvcore capture h2o=lazy": (True, capture("lazy")),
     }
     secs: dict[str, list[float]] = {c: [] for c in cases}

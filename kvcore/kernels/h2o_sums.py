@@ -6,20 +6,25 @@ several float32 passes each: 12.8× a plain prefill at 32k on the H200, and the 
 and the cached keys with tensor-core tiles (`mma.sync` m16n8k16, bf16/fp16 in, float32 accumulate), holding only
 [H_q, N] log-sum-exps between them:
 
-1. `lse`: per query row, the log-sum-exp of its scaled scores over the keys it sees (online max and sum over
-   64-key tiles);
+1. `lse`: per query row, the running max and sum of its scaled scores over one split of the keys it sees (online,
+   a few 8-key tiles a step); the splits (`Tuning.keys_per_split`) keep every multiprocessor busy on long contexts and are merged
+   into one log-sum-exp per row by a few MLX operations;
 2. `colsum`: per key, the sum over the queries that see it of exp(score − lse), added to the previous chunks'
    sums.
 
+Both keep their 16·MT rows per warp in registers as mma A fragments and stream the other side through shared memory
+in tiles, two buffers deep (`cp.async`: the next tile is copied while this one is multiplied), read by `ldmatrix`;
+each B fragment serves MT row groups. The causal mask is applied only on tiles that cross the diagonal.
+
 Scores are scale · q·k in float32 (bf16 products are exact in float32), in base 2 (exp2) with log2(e) folded into
-the scale. Another summation order and exp than the MLX path: on the H200 (`benchmarks/gpu_kernels.py`) at most
-5.4e-4 relative (the smallest sums), each query's probabilities sum to 1 within 1.2e-7, and the 25 % kept per
-kv-head is the same; 0.07× the MLX path's time for a chunk of 2048 queries over 32k keys, 3.2× MLX's fused causal
-attention over the same chunk (two passes over the scores, against one).
+the scale. Another summation order and exp than the MLX path: `benchmarks/gpu_kernels.py` checks them against it on
+a GPU (relative error, each query's probabilities summing to 1, the 25 % kept per kv-head), and times them against
+the kernels before (`benchmarks/h2o_sums_before.py`) and MLX's fused attention over the same chunk.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -27,14 +32,11 @@ import mlx.core as mx
 
 from kvcore.kernels import cuda_ready, scale_source
 
-WARPS = (
-    8  # per block, 16 query (lse) or key (colsum) rows each; the other side streams through in tiles of 64
-)
-ROWS = WARPS * 16
-THREADS = WARPS * 32
 MAX_HEAD_DIM = 256
+_LN2 = 0.6931471805599453
 
-_HEADER = r"""
+# The mma and A-fragment helpers, shared with benchmarks/h2o_sums_before.py.
+_FRAGMENTS = r"""
 template <bool BF16>
 __device__ __forceinline__ void kvlens_mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
     if constexpr (BF16) {
@@ -51,7 +53,6 @@ __device__ __forceinline__ void kvlens_mma(float* c, const uint32_t* a, uint32_t
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
 }
-
 // Two consecutive 16-bit elements of row `row` (0 past `n_rows`) as one 32-bit word: an mma fragment register.
 template <typename T, int D>
 __device__ __forceinline__ uint32_t kvlens_pair(const T* base, int row, int n_rows, int col) {
@@ -61,6 +62,7 @@ __device__ __forceinline__ uint32_t kvlens_pair(const T* base, int row, int n_ro
 // The A fragments of 16 rows starting at `row0` (this thread's rows row0 + g and row0 + g + 8), all of head_dim.
 template <typename T, int D>
 __device__ __forceinline__ void kvlens_rows(uint32_t (*a)[4], const T* base, int row0, int n_rows, int g, int t) {
+#pragma unroll
     for (int s = 0; s < D / 16; ++s) {
         a[s][0] = kvlens_pair<T, D>(base, row0 + g, n_rows, s * 16 + 2 * t);
         a[s][1] = kvlens_pair<T, D>(base, row0 + g + 8, n_rows, s * 16 + 2 * t);
@@ -68,31 +70,85 @@ __device__ __forceinline__ void kvlens_rows(uint32_t (*a)[4], const T* base, int
         a[s][3] = kvlens_pair<T, D>(base, row0 + g + 8, n_rows, s * 16 + 8 + 2 * t);
     }
 }
+"""
 
-// Rows [row0, row0 + 64) of `base` into shared memory at a padded stride (conflict-free fragment reads); 0 past n_rows.
-template <typename T, int D, int LD>
-__device__ __forceinline__ void kvlens_tile(uint16_t* smem, const T* base, int row0, int n_rows) {
-    for (int i = threadIdx.x; i < 64 * D / 8; i += blockDim.x) {
-        const int r = i / (D / 8), c = (i % (D / 8)) * 8;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (row0 + r < n_rows) v = *reinterpret_cast<const uint4*>(base + (long)(row0 + r) * D + c);
-        *reinterpret_cast<uint4*>(smem + r * LD + c) = v;
-    }
+_HEADER = (
+    _FRAGMENTS
+    + r"""
+__device__ __forceinline__ float kvlens_exp2(float x) {  // 2^x on the special-function unit; 2^-inf = 0
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
-// One 16x8 tile of scores: this warp's 16 A rows against the 8 shared rows starting at `col0`.
-template <bool BF16, int D, int LD>
-__device__ __forceinline__ void kvlens_scores(float* c, const uint32_t (*a)[4], const uint16_t* smem, int col0, int g, int t) {
-    c[0] = c[1] = c[2] = c[3] = 0.f;
-    for (int s = 0; s < D / 16; ++s) {
-        const uint16_t* b = smem + (col0 + g) * LD + s * 16 + 2 * t;
-        kvlens_mma<BF16>(c, a[s], *reinterpret_cast<const uint32_t*>(b), *reinterpret_cast<const uint32_t*>(b + 8));
+__device__ __forceinline__ uint32_t kvlens_shared(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Rows [row0, row0 + TILE) of `base` into shared memory at a padded stride, copied asynchronously (cp.async, 16
+// bytes a thread and step; rows past n_rows are zero-filled), committed as one group.
+template <typename T, int D, int LD, int TILE, int THREADS>
+__device__ __forceinline__ void kvlens_tile_async(uint16_t* smem, const T* base, int row0, int n_rows) {
+#pragma unroll
+    for (int i = threadIdx.x; i < TILE * D / 8; i += THREADS) {
+        const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+        const bool ok = row0 + r < n_rows;
+        const T* src = base + (long)(ok ? row0 + r : 0) * D + c;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(kvlens_shared(smem + r * LD + c)), "l"(src), "r"(ok ? 16 : 0));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Start copying tile it + 1 (rows from `next_row`) into the other buffer, then wait for tile it and the block.
+template <typename T, int D, int LD, int TILE, int THREADS>
+__device__ __forceinline__ void kvlens_next_tile(uint16_t (*smem)[TILE * LD], const T* base, int it, int n_tiles,
+                                                 int next_row, int n_rows) {
+    if (it + 1 < n_tiles) {
+        kvlens_tile_async<T, D, LD, TILE, THREADS>(smem[(it + 1) & 1], base, next_row, n_rows);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+    } else {
+        asm volatile("cp.async.wait_group 0;\n" ::);
+    }
+    __syncthreads();
+}
+
+// One 16x8 score tile per row group of this warp: its MT x 16 A rows against the 8 shared rows at `col0`; the B
+// fragments come from shared memory by ldmatrix, each used by all MT row groups.
+template <bool BF16, int D, int LD, int MT>
+__device__ __forceinline__ void kvlens_scores(float (*c)[4], const uint32_t (*a)[D / 16][4], const uint16_t* smem,
+                                              int col0, int lane) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) c[m][0] = c[m][1] = c[m][2] = c[m][3] = 0.f;
+    const uint16_t* row = smem + (col0 + (lane & 7)) * LD + (lane >> 3) * 8;
+#pragma unroll
+    for (int s = 0; s + 1 < D / 16; s += 2) {
+        uint32_t b[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(kvlens_shared(row + s * 16)));
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            kvlens_mma<BF16>(c[m], a[m][s], b[0], b[1]);
+            kvlens_mma<BF16>(c[m], a[m][s + 1], b[2], b[3]);
+        }
+    }
+    if constexpr ((D / 16) % 2 == 1) {
+        constexpr int s = D / 16 - 1;
+        uint32_t b[2];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                     : "=r"(b[0]), "=r"(b[1]) : "r"(kvlens_shared(row + s * 16 - ((lane >> 3) & 2) * 8)));
+#pragma unroll
+        for (int m = 0; m < MT; ++m) kvlens_mma<BF16>(c[m], a[m][s], b[0], b[1]);
     }
 }
 """
+)
 
 _COMMON = r"""
     constexpr int LD = D + 8;
+    constexpr int THREADS = WARPS * 32;
+    constexpr int ROWS = WARPS * 16 * MT;
+    constexpr int NT = TILE / 8;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int h = blockIdx.y;
@@ -101,88 +157,157 @@ _COMMON = r"""
     const int first = n_keys - n_new;  // chunk-local query i sits at position first + i
     const T* qh = q + (long)h * n_new * D;
     const T* kh = keys + (long)(h / GROUP) * n_keys * D;
-    __shared__ __align__(16) uint16_t smem[64 * LD];
-    uint32_t a[D / 16][4];
+    __shared__ __align__(16) uint16_t smem[2][TILE * LD];
+    uint32_t a[MT][D / 16][4];
 """
 
 _LSE = r"""
-    const int q0 = blockIdx.x * ROWS + warp * 16;
-    const int row_a = q0 + g, row_b = q0 + g + 8;
-    kvlens_rows<T, D>(a, qh, q0, n_new, g, t);
-    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
-    const int key_end = first + min((int)blockIdx.x * ROWS + ROWS, n_new);
-    for (int k0 = 0; k0 < key_end; k0 += 64) {
-        __syncthreads();
-        kvlens_tile<T, D, LD>(smem, kh, k0, n_keys);
-        __syncthreads();
-        float s[8][4];
-        float top_a = -INFINITY, top_b = -INFINITY;
-        for (int nt = 0; nt < 8; ++nt) {
-            kvlens_scores<BF16, D, LD>(s[nt], a, smem, nt * 8, g, t);
-            for (int j = 0; j < 4; ++j) {
-                const int key = k0 + nt * 8 + 2 * t + (j & 1);
-                const int row = j < 2 ? row_a : row_b;
-                s[nt][j] = key <= first + row ? s[nt][j] * SCALE_LOG2 : -INFINITY;
+    const int q_block = blockIdx.x * ROWS;
+    const int q0 = q_block + warp * 16 * MT;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) kvlens_rows<T, D>(a[m], qh, q0 + m * 16, n_new, g, t);
+    float mx_[MT][2], l_[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) mx_[m][0] = mx_[m][1] = -INFINITY, l_[m][0] = l_[m][1] = 0.f;
+    const int key_begin = blockIdx.z * SPLIT;
+    const int key_end = min(first + min(q_block + ROWS, n_new), key_begin + SPLIT);
+    const int n_tiles = key_end > key_begin ? (key_end - key_begin + TILE - 1) / TILE : 0;
+    if (n_tiles > 0) kvlens_tile_async<T, D, LD, TILE, THREADS>(smem[0], kh, key_begin, n_keys);
+    for (int it = 0; it < n_tiles; ++it) {
+        const int k0 = key_begin + it * TILE;
+        kvlens_next_tile<T, D, LD, TILE, THREADS>(smem, kh, it, n_tiles, k0 + TILE, n_keys);
+        const bool full = k0 + TILE - 1 <= first + q_block;  // every row of the block sees every key of the tile
+#pragma unroll
+        for (int n4 = 0; n4 < NT; n4 += STEP) {  // 8·STEP keys per online step
+            float s[STEP][MT][4];
+#pragma unroll
+            for (int u = 0; u < STEP; ++u) kvlens_scores<BF16, D, LD, MT>(s[u], a, smem[it & 1], (n4 + u) * 8, lane);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                float top[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                for (int u = 0; u < STEP; ++u)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        float v = s[u][m][j];  // unscaled: the max commutes with the positive scale
+                        if (!full) {
+                            const int key = k0 + (n4 + u) * 8 + 2 * t + (j & 1);
+                            const int row = q0 + m * 16 + g + (j >> 1) * 8;
+                            if (key > first + row) v = -INFINITY;
+                        }
+                        s[u][m][j] = v;
+                        top[j >> 1] = fmaxf(top[j >> 1], v);
+                    }
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffff, top[r], 1));
+                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffff, top[r], 2));
+                    const float next = fmaxf(mx_[m][r], top[r] * SCALE_LOG2);
+                    const float base = next == -INFINITY ? 0.f : next;  // a row that sees no key yet stays at 0
+                    float sum = l_[m][r] * kvlens_exp2(mx_[m][r] - base);
+#pragma unroll
+                    for (int u = 0; u < STEP; ++u)
+                        sum += kvlens_exp2(fmaf(s[u][m][2 * r], SCALE_LOG2, -base)) +
+                               kvlens_exp2(fmaf(s[u][m][2 * r + 1], SCALE_LOG2, -base));
+                    l_[m][r] = sum;
+                    mx_[m][r] = next;
+                }
             }
-            top_a = fmaxf(top_a, fmaxf(s[nt][0], s[nt][1]));
-            top_b = fmaxf(top_b, fmaxf(s[nt][2], s[nt][3]));
         }
-        for (int o = 1; o < 4; o <<= 1) {
-            top_a = fmaxf(top_a, __shfl_xor_sync(0xffffffff, top_a, o));
-            top_b = fmaxf(top_b, __shfl_xor_sync(0xffffffff, top_b, o));
-        }
-        const float new_a = fmaxf(m_a, top_a), new_b = fmaxf(m_b, top_b);
-        l_a *= exp2f(m_a - new_a);
-        l_b *= exp2f(m_b - new_b);
-        for (int nt = 0; nt < 8; ++nt) {
-            l_a += exp2f(s[nt][0] - new_a) + exp2f(s[nt][1] - new_a);
-            l_b += exp2f(s[nt][2] - new_b) + exp2f(s[nt][3] - new_b);
-        }
-        m_a = new_a;
-        m_b = new_b;
+        __syncthreads();
     }
-    for (int o = 1; o < 4; o <<= 1) {
-        l_a += __shfl_xor_sync(0xffffffff, l_a, o);
-        l_b += __shfl_xor_sync(0xffffffff, l_b, o);
-    }
-    if (t == 0 && row_a < n_new) lse[(long)h * n_new + row_a] = m_a + log2f(l_a);
-    if (t == 0 && row_b < n_new) lse[(long)h * n_new + row_b] = m_b + log2f(l_b);
+    const long out0 = ((long)blockIdx.z * gridDim.y + h) * n_new;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float sum = l_[m][r];
+            sum += __shfl_xor_sync(0xffffffff, sum, 1);
+            sum += __shfl_xor_sync(0xffffffff, sum, 2);
+            const int row = q0 + m * 16 + g + r * 8;
+            if (t == 0 && row < n_new) {
+                part_max[out0 + row] = mx_[m][r];
+                part_sum[out0 + row] = sum;
+            }
+        }
 """
 
 _COLSUM = r"""
-    const int k0 = blockIdx.x * ROWS + warp * 16;
-    const int key_a = k0 + g, key_b = k0 + g + 8;
-    kvlens_rows<T, D>(a, kh, k0, n_keys, g, t);
-    __shared__ float lse_tile[64];
-    float acc_a = 0.f, acc_b = 0.f;
-    const int i_start = max(0, (int)blockIdx.x * ROWS - first);  // the first query that sees this block's first key
-    for (int i0 = (i_start / 64) * 64; i0 < n_new; i0 += 64) {
-        __syncthreads();
-        kvlens_tile<T, D, LD>(smem, qh, i0, n_new);
-        if (threadIdx.x < 64)
-            lse_tile[threadIdx.x] = i0 + threadIdx.x < n_new ? lse[(long)h * n_new + i0 + threadIdx.x] : INFINITY;
-        __syncthreads();
-        for (int nt = 0; nt < 8; ++nt) {
-            float c[4];
-            kvlens_scores<BF16, D, LD>(c, a, smem, nt * 8, g, t);
-            for (int j = 0; j < 4; ++j) {
-                const int col = nt * 8 + 2 * t + (j & 1);
-                const int key = j < 2 ? key_a : key_b;
-                const float p = key <= first + i0 + col ? exp2f(c[j] * SCALE_LOG2 - lse_tile[col]) : 0.f;
-                if (j < 2) acc_a += p; else acc_b += p;
+    const int k_block = blockIdx.x * ROWS;
+    const int k0 = k_block + warp * 16 * MT;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) kvlens_rows<T, D>(a[m], kh, k0 + m * 16, n_keys, g, t);
+    float acc[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = 0.f;
+    const float* lse_h = lse + (long)h * n_new;
+    const int i_first = (max(0, k_block - first) / TILE) * TILE;  // the tile of the first query that sees the block
+    const int n_tiles = n_new > i_first ? (n_new - i_first + TILE - 1) / TILE : 0;
+    if (n_tiles > 0) kvlens_tile_async<T, D, LD, TILE, THREADS>(smem[0], qh, i_first, n_new);
+    for (int it = 0; it < n_tiles; ++it) {
+        const int i0 = i_first + it * TILE;
+        kvlens_next_tile<T, D, LD, TILE, THREADS>(smem, qh, it, n_tiles, i0 + TILE, n_new);
+        const bool full = k_block + ROWS - 1 <= first + i0;  // every key of the block is seen by every query of the tile
+#pragma unroll
+        for (int n0 = 0; n0 < NT; n0 += STEP) {  // STEP score tiles multiplied before their exps
+            float c[STEP][MT][4];
+#pragma unroll
+            for (int u = 0; u < STEP; ++u) kvlens_scores<BF16, D, LD, MT>(c[u], a, smem[it & 1], (n0 + u) * 8, lane);
+#pragma unroll
+            for (int u = 0; u < STEP; ++u) {
+                const int col = i0 + (n0 + u) * 8 + 2 * t;
+                const float lse0 = col < n_new ? lse_h[col] : INFINITY;  // a padded query adds exp2(-inf) = 0
+                const float lse1 = col + 1 < n_new ? lse_h[col + 1] : INFINITY;
+#pragma unroll
+                for (int m = 0; m < MT; ++m)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        float p = kvlens_exp2(fmaf(c[u][m][j], SCALE_LOG2, -((j & 1) ? lse1 : lse0)));
+                        if (!full && k0 + m * 16 + g + (j >> 1) * 8 > first + col + (j & 1)) p = 0.f;
+                        acc[m][j >> 1] += p;
+                    }
             }
         }
-    }
-    for (int o = 1; o < 4; o <<= 1) {
-        acc_a += __shfl_xor_sync(0xffffffff, acc_a, o);
-        acc_b += __shfl_xor_sync(0xffffffff, acc_b, o);
+        __syncthreads();
     }
     const int n_prev = prev_shape[1];
-    if (t == 0 && key_a < n_keys)
-        sums[(long)h * n_keys + key_a] = acc_a + (key_a < n_prev ? prev[(long)h * n_prev + key_a] : 0.f);
-    if (t == 0 && key_b < n_keys)
-        sums[(long)h * n_keys + key_b] = acc_b + (key_b < n_prev ? prev[(long)h * n_prev + key_b] : 0.f);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float sum = acc[m][r];
+            sum += __shfl_xor_sync(0xffffffff, sum, 1);
+            sum += __shfl_xor_sync(0xffffffff, sum, 2);
+            const int key = k0 + m * 16 + g + r * 8;
+            if (t == 0 && key < n_keys)
+                sums[(long)h * n_keys + key] = sum + (key < n_prev ? prev[(long)h * n_prev + key] : 0.f);
+        }
 """
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The kernels' block shape; `benchmarks/gpu_h2o_tuning.py` measured the defaults against the others.
+
+    warps: per block. row_groups (MT): 16-row groups per warp; each B fragment read from shared memory serves all
+    of them, and registers hold MT·head_dim/2 words of A (None: 2 up to head_dim 128, else 1). keys_per_split: keys
+    one lse block covers (long contexts split, so every multiprocessor has blocks). lse_step / colsum_step: 8-key
+    score tiles multiplied together before their exps (more independent mma chains in flight, more registers)."""
+
+    warps: int = 4
+    row_groups: int | None = None
+    keys_per_split: int = 8192
+    lse_step: int = 4
+    colsum_step: int = 1
+
+    def shape(self, head_dim: int) -> tuple[int, int, int]:
+        """(MT, TILE, rows per block) for this head_dim. TILE, the rows of one shared-memory tile, keeps two tiles
+        of (head_dim + 8) 16-bit columns under the 48 KB of static shared memory."""
+        mt = self.row_groups or (2 if head_dim <= 128 else 1)
+        return mt, 64 if head_dim <= 128 else 32, self.warps * 16 * mt
+
+
+DEFAULT_TUNING = Tuning()
 
 
 @cache
@@ -191,14 +316,14 @@ def _kernels(scale: float) -> tuple[Any, Any]:
     tag, scale_line = scale_source(scale)
     head = scale_line + _COMMON
     lse = mx.fast.cuda_kernel(
-        name=f"kvlens_h2o_lse_{tag}",
+        name=f"kvlens_h2o_lse2_{tag}",
         input_names=["q", "keys"],
-        output_names=["lse"],
+        output_names=["part_max", "part_sum"],
         source=head + _LSE,
         header=_HEADER,
     )
     colsum = mx.fast.cuda_kernel(
-        name=f"kvlens_h2o_colsum_{tag}",
+        name=f"kvlens_h2o_colsum2_{tag}",
         input_names=["q", "keys", "lse", "prev"],
         output_names=["sums"],
         source=head + _COLSUM,
@@ -220,36 +345,77 @@ def applies(q: mx.array, keys: mx.array) -> bool:
     return cuda_ready() and fits(q, keys)
 
 
-def accumulate(sums: mx.array | None, q: mx.array, keys: mx.array, scale: float) -> mx.array:
-    """`sums` [H_q, T_prev] (or None) plus this chunk's column sums, [H_q, T_k] float32.
+def merge_splits(part_max: mx.array, part_sum: mx.array) -> mx.array:
+    """One base-2 log-sum-exp per row from the splits' running maxima and sums, [S, H, N] -> [H, N].
 
-    q: [H_q, N, D], the last N of the T_k positions whose keys [H_kv, T_k, D] are cached (the same contract as
-    `kvcore.capture._accumulate_h2o`)."""
-    n_q_heads, n_new, head_dim = q.shape
-    n_kv_heads, n_keys, _ = keys.shape
-    lse_kernel, colsum_kernel = _kernels(float(scale))
-    template = [
+    A split a row sees no key of has max -inf and sum 0 and adds nothing; every row sees key 0, in split 0."""
+    if part_max.shape[0] == 1:
+        return part_max[0] + mx.log2(part_sum[0])
+    top = part_max.max(axis=0)
+    return top + mx.log2((part_sum * mx.exp((part_max - top) * _LN2)).sum(axis=0))
+
+
+def _template(q: mx.array, keys: mx.array, tuning: Tuning, step: int) -> list[tuple[str, Any]]:
+    mt, tile, _ = tuning.shape(q.shape[-1])
+    return [
         ("T", q.dtype),
-        ("D", head_dim),
-        ("GROUP", n_q_heads // n_kv_heads),
+        ("D", q.shape[-1]),
+        ("GROUP", q.shape[0] // keys.shape[0]),
         ("BF16", q.dtype == mx.bfloat16),
-        ("ROWS", ROWS),
+        ("WARPS", tuning.warps),
+        ("MT", mt),
+        ("TILE", tile),
+        ("STEP", min(step, tile // 8)),  # a step never spans two tiles
     ]
-    (lse,) = lse_kernel(
+
+
+def log_sum_exp(q: mx.array, keys: mx.array, scale: float, tuning: Tuning = DEFAULT_TUNING) -> mx.array:
+    """Each chunk query's base-2 log-sum-exp of its scaled scores over the keys it sees, [H_q, N] float32."""
+    n_q_heads, n_new, head_dim = q.shape
+    _, _, rows = tuning.shape(head_dim)
+    threads = tuning.warps * 32
+    splits = -(-keys.shape[1] // tuning.keys_per_split)
+    part_max, part_sum = _kernels(float(scale))[0](
         inputs=[q, keys],
-        template=template,
-        grid=(THREADS * -(-n_new // ROWS), n_q_heads, 1),
-        threadgroup=(THREADS, 1, 1),
-        output_shapes=[(n_q_heads, n_new)],
-        output_dtypes=[mx.float32],
+        template=[*_template(q, keys, tuning, tuning.lse_step), ("SPLIT", tuning.keys_per_split)],
+        grid=(threads * -(-n_new // rows), n_q_heads, splits),
+        threadgroup=(threads, 1, 1),
+        output_shapes=[(splits, n_q_heads, n_new)] * 2,
+        output_dtypes=[mx.float32] * 2,
     )
+    return merge_splits(part_max, part_sum)
+
+
+def column_sums(
+    sums: mx.array | None,
+    q: mx.array,
+    keys: mx.array,
+    lse: mx.array,
+    scale: float,
+    tuning: Tuning = DEFAULT_TUNING,
+) -> mx.array:
+    """`sums` [H_q, T_prev] (or None) plus each key's sum of exp2(score − lse) over the chunk queries that see it."""
+    n_q_heads, _, head_dim = q.shape
+    n_keys = keys.shape[1]
+    _, _, rows = tuning.shape(head_dim)
+    threads = tuning.warps * 32
     prev = sums if sums is not None else mx.zeros((n_q_heads, 1), mx.float32)
-    (out,) = colsum_kernel(
+    (out,) = _kernels(float(scale))[1](
         inputs=[q, keys, lse, prev],
-        template=template,
-        grid=(THREADS * -(-n_keys // ROWS), n_q_heads, 1),
-        threadgroup=(THREADS, 1, 1),
+        template=_template(q, keys, tuning, tuning.colsum_step),
+        grid=(threads * -(-n_keys // rows), n_q_heads, 1),
+        threadgroup=(threads, 1, 1),
         output_shapes=[(n_q_heads, n_keys)],
         output_dtypes=[mx.float32],
     )
     return out
+
+
+def accumulate(
+    sums: mx.array | None, q: mx.array, keys: mx.array, scale: float, tuning: Tuning = DEFAULT_TUNING
+) -> mx.array:
+    """`sums` [H_q, T_prev] (or None) plus this chunk's column sums, [H_q, T_k] float32.
+
+    q: [H_q, N, D], the last N of the T_k positions whose keys [H_kv, T_k, D] are cached (the same contract as
+    `kvcore.capture._accumulate_h2o`)."""
+    return column_sums(sums, q, keys, log_sum_exp(q, keys, scale, tuning), scale, tuning)
