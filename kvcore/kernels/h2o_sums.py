@@ -7,8 +7,8 @@ and the cached keys with tensor-core tiles (`mma.sync` m16n8k16, bf16/fp16 in, f
 [H_q, N] log-sum-exps between them:
 
 1. `lse`: per query row, the running max and sum of its scaled scores over one split of the keys it sees (online,
-   a few 8-key tiles a step); the splits (`Tuning.keys_per_split`) keep every multiprocessor busy on long contexts and are merged
-   into one log-sum-exp per row by a few MLX operations;
+   a few 8-key tiles a step); the splits (`Tuning.keys_per_split`) keep every multiprocessor busy on long contexts
+   and are merged into one log-sum-exp per row by a few MLX operations;
 2. `colsum`: per key, the sum over the queries that see it of exp(score − lse), added to the previous chunks'
    sums.
 
@@ -19,7 +19,9 @@ each B fragment serves MT row groups. The causal mask is applied only on tiles t
 Scores are scale · q·k in float32 (bf16 products are exact in float32), in base 2 (exp2) with log2(e) folded into
 the scale. Another summation order and exp than the MLX path: `benchmarks/gpu_kernels.py` checks them against it on
 a GPU (relative error, each query's probabilities summing to 1, the 25 % kept per kv-head), and times them against
-the kernels before (`benchmarks/h2o_sums_before.py`) and MLX's fused attention over the same chunk.
+the kernels before (`benchmarks/h2o_sums_before.py`) and MLX's fused attention over the same chunk. On an H100 a
+chunk of 2048 queries over 32k keys takes 4.0 ms (before: 6.7 ms; the fused attention 2.0 ms), and prefill with
+capture at 32k 1.75× a plain prefill (before: 2.23×).
 """
 
 from __future__ import annotations
