@@ -318,14 +318,14 @@ def _kernels(scale: float) -> tuple[Any, Any]:
     tag, scale_line = scale_source(scale)
     head = scale_line + _COMMON
     lse = mx.fast.cuda_kernel(
-        name=f"kvlens_h2o_lse2_{tag}",
+        name=f"kvlens_h2o_lse_{tag}",
         input_names=["q", "keys"],
         output_names=["part_max", "part_sum"],
         source=head + _LSE,
         header=_HEADER,
     )
     colsum = mx.fast.cuda_kernel(
-        name=f"kvlens_h2o_colsum2_{tag}",
+        name=f"kvlens_h2o_colsum_{tag}",
         input_names=["q", "keys", "lse", "prev"],
         output_names=["sums"],
         source=head + _COLSUM,
