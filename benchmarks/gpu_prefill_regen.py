@@ -8,7 +8,9 @@ d. The same T random tokens prefilled (fresh cache each time) by mlx-lm's own lo
    the kernels switched off, took 11.9× the plain prefill at 32k and are left out for the device time): wall time
    and peak memory per case; capture's extra memory is its peak minus the plain prefill's, over the dense cache's
    bytes; `held_mib` is what stays allocated while the result is kept (the cache included), `held_over_dense` its
-   part beyond the plain prefill's, over the cache.
+   part beyond the plain prefill's, over the cache. A floor row adds to the plain prefill's median the time of one
+   causal QKᵀ pass of every layer at the backend's GEMM rate measured in the same run: no capture with exact h2o
+   sums can be faster (they need every normalised probability, which the fused attention does not hand out).
 e. A Session (no tokenizer: token ids in) prefilled with T tokens and a 32-token dense continuation, compressed to
    25 % per-head snapkv; `Session.regenerate` (teacher-forced pass + free continuation of n tokens) against
    `mlx_lm.generate_step` producing n tokens from a copy of the same compressed cache.
@@ -72,6 +74,45 @@ def plain_prefill(model: Any, ids: list[int]) -> list[Any]:
     return cache
 
 
+def gemm_tflops(dtype: Any, rounds: int = 5) -> tuple[float, int]:
+    """(TFLOP/s, n) of the backend's n³ matrix product in `dtype`, median of rounds: the rate no QKᵀ pass can beat
+    (8192 on a GPU; 1024 elsewhere, a smoke run)."""
+    n = 8192 if mx.default_device() == mx.gpu else 1024
+    a, b = (mx.random.normal((n, n), key=mx.random.key(i)).astype(dtype) for i in (1, 2))
+    mx.eval(a, b)
+    for _ in range(2):
+        mx.eval(a @ b)
+    secs = []
+    for _ in range(rounds):
+        mx.synchronize()
+        start = time.perf_counter()
+        mx.eval(a @ b)
+        mx.synchronize()
+        secs.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(secs) / 1e12, n
+
+
+def floor_row(model: Any, name: str, T: int, plain_s: float) -> Row:
+    """The least time any capture with exact h2o sums can take: the plain prefill plus one more causal QKᵀ pass (the
+    column sums need every normalised probability, which the attention does not hand out) at the measured GEMM rate,
+    with its log-sum-exp, exps, masks and sums for free."""
+    args = model.args
+    head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
+    flops = len(model.layers) * args.num_attention_heads * head_dim * T * (T + 1)  # 2·D per causal score
+    tflops, n = gemm_tflops(model.layers[0].self_attn.q_proj.weight.dtype)
+    floor = plain_s + flops / (tflops * 1e12)
+    row = Row(bench="prefill", case="floor for exact h2o sums: plain + one causal QK^T pass at the GEMM rate",
+              model=name, context=T, layers=len(model.layers), value=floor, unit="s", baseline=plain_s,
+              ratio=floor / plain_s, target="<= 1.10x plain prefill")  # fmt: skip
+    row.ok = "yes" if row.ratio <= 1.10 else "NO"
+    row.extra = {"x_plain_prefill": round(row.ratio, 3), "qk_flop": f"{flops:.4g}",
+                 "gemm_tflops": round(tflops, 3)}  # fmt: skip
+    row.note = (f"{flops:.3g} FLOP of causal scores at {tflops * 1e12:.3g} FLOP/s ({n}^3 product, same dtype, "
+                f"this run); lse, exp, mask and sums counted as free")  # fmt: skip
+    print(f"  prefill T={T} floor: {floor:.3f} s = {row.ratio:.3f}x plain ({row.note})", flush=True)
+    return row
+
+
 def prefill_rows(model: Any, name: str, T: int, rounds: int) -> list[Row]:
     ids = np.random.default_rng(T).integers(0, model.args.vocab_size, T).tolist()
     n_layers = len(model.layers)
@@ -133,6 +174,7 @@ def prefill_rows(model: Any, name: str, T: int, rounds: int) -> list[Row]:
             row.extra["held_over_dense"] = round(kept, 3)
             row.note = f"h2o {mode.get(case, '?')}; peak - plain peak = {over:.3f}x, held - plain = {kept:.3f}x dense"
         rows.append(row)
+    rows.append(floor_row(model, name, T, med[base]))
     mx.clear_cache()
     return rows
 
