@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -121,6 +122,22 @@ def best_ms(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
         fn()
         times.append((time.perf_counter() - start) * 1e3)
     return min(times)
+
+
+def median_ms(cases: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Median wall time of each case in ms: two warm-ups each, then rounds interleaved over the cases."""
+    for fn in cases.values():
+        for _ in range(2):
+            mx.eval(fn())
+    times: dict[str, list[float]] = {c: [] for c in cases}
+    for _ in range(rounds):
+        for case, fn in cases.items():
+            mx.synchronize()
+            start = time.perf_counter()
+            mx.eval(fn())
+            mx.synchronize()
+            times[case].append((time.perf_counter() - start) * 1e3)
+    return {c: statistics.median(v) for c, v in times.items()}
 
 
 def peak_mb_of(fn: Callable[[], Any]) -> tuple[Any, float]:

@@ -22,9 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import h2o_sums_before
-from benchmarks.common import Row
+from benchmarks.common import Row, median_ms
 from benchmarks.gpu_bench import H_KV, H_Q, HEAD_DIM, NAME, write
-from benchmarks.gpu_kernels import _median_ms
 from kvcore import kernels
 from kvcore.kernels import h2o_sums
 from kvcore.kernels.h2o_sums import DEFAULT_TUNING, Tuning
@@ -37,9 +36,9 @@ SCALE = HEAD_DIM**-0.5
 
 
 def _per_launch_ms(cases: dict[str, Callable[[], list[mx.array]]], rounds: int) -> dict[str, float]:
-    """`gpu_kernels._median_ms` per launch: each case returns its `reps` launches' outputs."""
+    """`common.median_ms` per launch: each case returns its `reps` launches' outputs."""
     reps = {case: len(fn()) for case, fn in cases.items()}
-    return {case: ms / reps[case] for case, ms in _median_ms(cases, rounds).items()}
+    return {case: ms / reps[case] for case, ms in median_ms(cases, rounds).items()}
 
 
 def _lse_tunings() -> list[Tuning]:

@@ -36,7 +36,7 @@ import numpy as np
 
 from benchmarks import common, h2o_sums_before
 from benchmarks.bench_decode import attention_for
-from benchmarks.common import Row, synthetic_cache
+from benchmarks.common import Row, median_ms, synthetic_cache
 from benchmarks.gpu_bench import H_KV, H_Q, HEAD_DIM, NAME, SMALL, write
 from kvcore import attention, caches, kernels
 from kvcore.capture import LayerObservation, _accumulate_h2o, prefill_with_capture
@@ -49,22 +49,6 @@ import mlx.core as mx
 RATIO = 0.25
 SCALE = HEAD_DIM**-0.5
 CHUNK = 2048
-
-
-def _median_ms(cases: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
-    """Median wall time of each case in ms: two warm-ups each, then rounds interleaved over the cases."""
-    for fn in cases.values():
-        for _ in range(2):
-            mx.eval(fn())
-    times: dict[str, list[float]] = {c: [] for c in cases}
-    for _ in range(rounds):
-        for case, fn in cases.items():
-            mx.synchronize()
-            start = time.perf_counter()
-            mx.eval(fn())
-            mx.synchronize()
-            times[case].append((time.perf_counter() - start) * 1e3)
-    return {c: statistics.median(v) for c, v in times.items()}
 
 
 def _ragged_layer(T: int, seed: int) -> tuple[Any, mx.array, mx.array, mx.array]:
@@ -113,7 +97,7 @@ def ragged_rows(T: int, rounds: int) -> list[Row]:
     err = {name: float(np.abs(np.asarray(fn().astype(mx.float32))[0, :, 0] - ref).max()) for name, fn in
            (("kernel", attend), ("ops", ops))}  # fmt: skip
     layers = 32
-    ms = _median_ms(
+    ms = median_ms(
         {
             "kernel": lambda: [attend() for _ in range(layers)],
             "ops": lambda: [ops() for _ in range(layers)],
@@ -166,7 +150,7 @@ def h2o_rows(n_keys: int, rounds: int, head_dim: int = HEAD_DIM, dtype: Any = mx
     )
     qa = q[None]
     ka = keys[None]
-    ms = _median_ms(
+    ms = median_ms(
         {
             "kernel": fused,
             "ops": ops,

@@ -29,7 +29,7 @@ import numpy as np
 
 from benchmarks import h2o_sums_before
 from benchmarks.bench_decode import attention_for
-from benchmarks.common import Row
+from benchmarks.common import Row, median_ms
 from kvcore import attention, caches
 from kvcore.capture import prefill_with_capture
 from kvcore.defaults import CAPTURE_WINDOW, DEFAULT_H2O_CAPTURE
@@ -80,16 +80,8 @@ def gemm_tflops(dtype: Any, rounds: int = 5) -> tuple[float, int]:
     n = 8192 if mx.default_device() == mx.gpu else 1024
     a, b = (mx.random.normal((n, n), key=mx.random.key(i)).astype(dtype) for i in (1, 2))
     mx.eval(a, b)
-    for _ in range(2):
-        mx.eval(a @ b)
-    secs = []
-    for _ in range(rounds):
-        mx.synchronize()
-        start = time.perf_counter()
-        mx.eval(a @ b)
-        mx.synchronize()
-        secs.append(time.perf_counter() - start)
-    return 2 * n**3 / statistics.median(secs) / 1e12, n
+    ms = median_ms({"matmul": lambda: a @ b}, rounds)["matmul"]
+    return 2 * n**3 / (ms * 1e-3) / 1e12, n
 
 
 def floor_row(model: Any, name: str, T: int, plain_s: float) -> Row:

@@ -14,9 +14,10 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-import mlx.core as mx
-
 from kvcore.kernels import h2o_sums, scale_source
+
+# isort: split
+import mlx.core as mx
 
 WARPS = (
     8  # per block, 16 query (lse) or key (colsum) rows each; the other side streams through in tiles of 64
