@@ -1,4 +1,4 @@
-"""`kvlens`: no arguments (or --model) opens the window; subcommands go to kvcore.cli without importing Qt."""
+"""`kvlens`: no arguments (or --model) opens the window; subcommands go to kvcore.cli.main without importing Qt."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from kvcore import __version__
 
 
-def _write_frontier(points, path, metric) -> None:  # noqa: ANN001 (kvcore.cli.PlotWriter)
+def _write_frontier(points, path, metric) -> None:  # noqa: ANN001 (kvcore.cli.main.PlotWriter)
     """`sweep --plot`: imports Qt only now, so every other subcommand stays Qt-free."""
     from app.frontier_export import write_frontier
 
@@ -18,7 +18,7 @@ def _write_frontier(points, path, metric) -> None:  # noqa: ANN001 (kvcore.cli.P
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-"):
-        from kvcore.cli import main as cli_main
+        from kvcore.cli.main import main as cli_main
 
         return cli_main(argv, plot_writer=_write_frontier)
     parser = argparse.ArgumentParser(prog="kvlens", description="KV Lens: see KV-cache compression.")

@@ -1,6 +1,6 @@
 """`kvlens sweep --plot frontier.png`: the app's own frontier widget drawn headless to PNG or SVG.
 
-kvcore stays Qt-free: the `kvlens` entry point (app.__main__) hands `write_frontier` to kvcore.cli, and Qt is
+kvcore stays Qt-free: the `kvlens` entry point (app.__main__) hands `write_frontier` to kvcore.cli.main, and Qt is
 imported only when a plot is asked for. Drawing with the widget the app shows makes the file and the window
 agree by construction; without a display Qt's offscreen platform is used.
 """
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvcore.sweep import SweepPoint
+from kvcore.engine.sweep import SweepPoint
 
 #: Size of the headless frontier image, in pixels.
 PLOT_SIZE = (1000, 640)

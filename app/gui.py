@@ -8,7 +8,7 @@ import sys
 def run_gui(model: str | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     qapp = QApplication.instance() or QApplication(sys.argv)
     qapp.setApplicationName("KV Lens")

@@ -2,7 +2,7 @@
 
 Both sides run the loop of `mlx_lm.generate_step` without its async prefetch: `model(tok, cache)`, argmax,
 `mx.eval`, one token at a time. mlx-lm's cases run with the model's stock attention function; kvcore's with
-`kvcore.attention.sdpa` installed, as the app runs them. Every case starts from a fresh branch of the same dense
+`kvcore.model.attention.sdpa` installed, as the app runs them. Every case starts from a fresh branch of the same dense
 cache, decodes one warm-up token (which is where both sides copy the shared buffer once), then `n_tokens` timed
 ones. Cases are interleaved round by round and the best round is reported: other processes share this 2-core
 CPU, and interference only ever slows a round down.
@@ -20,7 +20,8 @@ import mlx.nn as nn
 import numpy as np
 
 from benchmarks.common import Row, judge, peak_mb_of, shape_of, synthetic_cache
-from kvcore import attention, caches
+from kvcore.cache import sparse as caches
+from kvcore.model import attention
 
 Factory = Callable[[], list[Any]]
 

@@ -15,8 +15,8 @@ import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
 from benchmarks.common import Row, judge, peak_mb_of
-from kvcore import attention
-from kvcore.capture import prefill_with_capture
+from kvcore.capture.prefill import prefill_with_capture
+from kvcore.model import attention
 
 CHUNK = 2048
 WINDOW = 256

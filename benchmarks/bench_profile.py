@@ -20,9 +20,10 @@ import mlx.nn as nn
 
 from benchmarks.bench_decode import decode
 from benchmarks.common import synthetic_cache
-from kvcore import attention, caches
-from kvcore.capture import LayerObservation
-from kvcore.selection import rank, select
+from kvcore.cache import sparse as caches
+from kvcore.capture.prefill import LayerObservation
+from kvcore.methods.selection import rank, select
+from kvcore.model import attention
 
 WATCHED = ("concatenate", "take", "zeros", "take_along_axis")
 
@@ -77,7 +78,7 @@ def run(model: nn.Module, T_values: tuple[int, ...], n_tokens: int = 16) -> str:
         decode(model, cache, 1)
         with counting(caches) as counts:
             decode(model, cache, n_tokens - 1)
-        lines.append(f"  T={T}: kvcore.caches mx calls over {n_tokens} steps: {dict(counts) or 'none'}")
+        lines.append(f"  T={T}: kvcore.cache.sparse mx calls over {n_tokens} steps: {dict(counts) or 'none'}")
     dense = synthetic_cache(n_layers, n_kv, d, max(T_values), mx.float32)
     cache = caches.to_sparse_all(dense)
     decode(model, cache, 1)
@@ -89,7 +90,7 @@ def run(model: nn.Module, T_values: tuple[int, ...], n_tokens: int = 16) -> str:
     ranking = rank(obs, "knorm")
     with counting(caches) as counts:
         caches.select_positions(dense, select(ranking, 0.25))
-    lines.append(f"recompress at T={T}, {n_layers} layers: kvcore.caches mx calls: {dict(counts)}")
+    lines.append(f"recompress at T={T}, {n_layers} layers: kvcore.cache.sparse mx calls: {dict(counts)}")
     lines.append("cProfile of one recompress (top by own time):")
     lines.append(top(lambda: caches.select_positions(dense, select(ranking, 0.3))))
     attention.uninstall(model)

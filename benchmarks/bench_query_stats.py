@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     import mlx.core as mx
     import mlx_lm
 
-    from kvcore.capture import prefill_with_capture
+    from kvcore.capture.prefill import prefill_with_capture
 
     model, tok = mlx_lm.load(str(demo_model_dir()))
     model.set_dtype(getattr(mx, args.dtype))

@@ -15,9 +15,9 @@ import mlx.core as mx
 
 from benchmarks import select_positions_before
 from benchmarks.common import Row, best_ms, judge, peak_mb_of, synthetic_cache
-from kvcore import caches
-from kvcore.capture import LayerObservation
-from kvcore.selection import rank, select
+from kvcore.cache import sparse as caches
+from kvcore.capture.prefill import LayerObservation
+from kvcore.methods.selection import rank, select
 
 SHAPES = {"llama-3.2-1b": (16, 32, 8, 64), "qwen3-0.6b": (28, 16, 8, 128)}  # layers, H_q, H_kv, head_dim
 

@@ -16,8 +16,8 @@ import time
 from benchmarks import select_positions_before
 from benchmarks.bench_recompress import SHAPES, _observations
 from benchmarks.common import synthetic_cache
-from kvcore import caches
-from kvcore.selection import rank, select
+from kvcore.cache import sparse as caches
+from kvcore.methods.selection import rank, select
 
 # isort: split
 import mlx.core as mx

@@ -114,7 +114,7 @@ def _phase(app, window, seconds: float, drag: bool) -> dict[str, float]:  # noqa
 def main(seconds: float = 8.0) -> None:
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import MainWindow, default_model
+    from app.window.main_window import MainWindow, default_model
     from kvcore.resources import prompts_dir
 
     if default_model() is None:

@@ -44,9 +44,10 @@ import numpy as np
 from benchmarks import common, gpu_prefill_regen, select_positions_before
 from benchmarks.bench_decode import attention_for, decode
 from benchmarks.common import Row, synthetic_cache
-from kvcore import caches, kernels
-from kvcore.capture import LayerObservation
-from kvcore.selection import device_select, rank, select
+from kvcore import kernels
+from kvcore.cache import sparse as caches
+from kvcore.capture.prefill import LayerObservation
+from kvcore.methods.selection import device_select, rank, select
 
 # isort: split
 import mlx.core as mx

@@ -6,11 +6,11 @@ CI has no GPU, so this is where the kernels are checked. In one run, on the Llam
 heads, 8 kv-heads of 128, bf16):
 
   1. ragged decode (`kvcore.kernels.ragged_decode`): an AdaKV 25 % selection of a random cache at 8k and 32k plus
-     three appended rows; one query through `kvcore.attention.sdpa` with the kernel and with it switched off (the
+     three appended rows; one query through `kvcore.model.attention.sdpa` with the kernel and with it switched off (the
      per-head masked fallback), each against a float64 reference over each head's real rows; then the time of 32
      such layers, rounds interleaved, median.
   2. h2o sums (`kvcore.kernels.h2o_sums`): one capture chunk of 2048 queries over 2048, 8192 and 32768 keys, with
-     earlier sums added: kernel against `kvcore.capture._accumulate_h2o` with the kernels switched off (float32
+     earlier sums added: kernel against `kvcore.capture.prefill._accumulate_h2o` with the kernels switched off (float32
      softmax blocks): relative error, how far each query's probabilities are from summing to 1, the overlap of the
      25 % each keeps per kv-head; time of both, of the kernels before their pipelined version
      (`benchmarks/h2o_sums_before.py`) and of MLX's fused causal attention over the same chunk. Also at 2048 keys
@@ -38,10 +38,12 @@ from benchmarks import common, h2o_sums_before
 from benchmarks.bench_decode import attention_for
 from benchmarks.common import Row, median_ms, synthetic_cache
 from benchmarks.gpu_bench import H_KV, H_Q, HEAD_DIM, NAME, SMALL, write
-from kvcore import attention, caches, kernels
-from kvcore.capture import LayerObservation, _accumulate_h2o, prefill_with_capture
+from kvcore import kernels
+from kvcore.cache import sparse as caches
+from kvcore.capture.prefill import LayerObservation, _accumulate_h2o, prefill_with_capture
 from kvcore.kernels import h2o_sums, ragged_decode
-from kvcore.selection import rank, select
+from kvcore.methods.selection import rank, select
+from kvcore.model import attention
 
 # isort: split
 import mlx.core as mx

@@ -3,7 +3,7 @@
 d. The same T random tokens prefilled (fresh cache each time) by mlx-lm's own loop (`generate_step`'s: chunks of
    2048, `mx.eval` of the cache state and `mx.clear_cache` per chunk, then the last token alone) and by
    `prefill_with_capture` exactly as `Session.prefill` calls it (capture window 256, `hold_last`, h2o "auto",
-   which is eager with kvcore's h2o kernels on CUDA (kvcore.capture_mode), "eager", "eager" with the h2o kernels
+   which is eager with kvcore's h2o kernels on CUDA (kvcore.capture.h2o_mode), "eager", "eager" with the h2o kernels
    before their pipelined version (`benchmarks/h2o_sums_before.py`) and "lazy" beside it; MLX's operations alone,
    the kernels switched off, took 11.9× the plain prefill at 32k and are left out for the device time): wall time
    and peak memory per case; capture's extra memory is its peak minus the plain prefill's, over the dense cache's
@@ -30,11 +30,12 @@ import numpy as np
 from benchmarks import h2o_sums_before
 from benchmarks.bench_decode import attention_for
 from benchmarks.common import Row, median_ms
-from kvcore import attention, caches
-from kvcore.capture import prefill_with_capture
+from kvcore.cache import sparse as caches
+from kvcore.capture.prefill import prefill_with_capture
 from kvcore.defaults import CAPTURE_WINDOW, DEFAULT_H2O_CAPTURE
-from kvcore.loading import ModelInfo
-from kvcore.session import CompressionConfig, Session
+from kvcore.engine.session import CompressionConfig, Session
+from kvcore.model import attention
+from kvcore.model.loading import ModelInfo
 
 # isort: split
 import mlx.core as mx

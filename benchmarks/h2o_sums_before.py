@@ -171,7 +171,7 @@ def accumulate(sums: mx.array | None, q: mx.array, keys: mx.array, scale: float)
     """`sums` [H_q, T_prev] (or None) plus this chunk's column sums, [H_q, T_k] float32.
 
     q: [H_q, N, D], the last N of the T_k positions whose keys [H_kv, T_k, D] are cached (the same contract as
-    `kvcore.capture._accumulate_h2o`)."""
+    `kvcore.capture.prefill._accumulate_h2o`)."""
     n_q_heads, n_new, head_dim = q.shape
     n_kv_heads, n_keys, _ = keys.shape
     lse_kernel, colsum_kernel = _kernels(float(scale))
@@ -204,7 +204,7 @@ def accumulate(sums: mx.array | None, q: mx.array, keys: mx.array, scale: float)
 
 @contextmanager
 def swapped() -> Iterator[None]:
-    """`kvcore.capture` uses these kernels inside the block (it calls `h2o_sums.accumulate` by module attribute)."""
+    """`kvcore.capture.prefill` uses these kernels inside the block (it calls `h2o_sums.accumulate` by module attribute)."""
     now = h2o_sums.accumulate
     h2o_sums.accumulate = accumulate
     try:

@@ -12,8 +12,8 @@ import statistics
 import time
 
 import kvcore  # noqa: F401  (optimized BLAS before mlx)
+from kvcore.engine.session import CompressionConfig, Session
 from kvcore.resources import demo_model_dir, prompts_dir
-from kvcore.session import CompressionConfig, Session
 
 
 def _median_ms(fn, repeats: int) -> float:

@@ -1,4 +1,4 @@
-"""`kvcore.caches.select_positions` as it was before issue 15 (per-layer device index work), kept as the baseline.
+"""`kvcore.cache.sparse.select_positions` as it was before issue 15 (per-layer device index work), kept as the baseline.
 
 Used only by `benchmarks.bench_select_batched` (old vs new, side by side) and by the test that the batched path
 builds bit-identical caches. Per layer it copies the indices to the device, checks them there (~6 MLX ops), clips
@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvcore import index_checks
-from kvcore.caches import (
+from kvcore.cache import index_checks
+from kvcore.cache.sparse import (
     _arrays,
     _empty_like,
     _SparseRows,
     incompressible_reason,
 )
-from kvcore.caches import _Source as _HostSource
+from kvcore.cache.sparse import _Source as _HostSource
 
 # isort: split
 import mlx.core as mx

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
+from kvcore.engine.session import CompressionConfig, Session
 from kvcore.resources import demo_model_dir, prompts_dir
 from kvcore.samples import sample_prompts
-from kvcore.session import CompressionConfig, Session
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,8 +51,8 @@ def _row(name: str, late: list[float]) -> str:
 def main(prompt_tokens: int = 1024, generated: int = 16) -> None:
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import MainWindow, default_model
-    from kvcore.loading import load
+    from app.window.main_window import MainWindow, default_model
+    from kvcore.model.loading import load
 
     if default_model() is None:
         sys.exit("The demo model is missing (resources/models/kvlens-demo).")

@@ -14,18 +14,18 @@ load_optimized_blas()
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "load_cache": "kvcore.cache_io",
-    "save_cache": "kvcore.cache_io",
-    "SparseKVCache": "kvcore.caches",
-    "SparseQuantizedKVCache": "kvcore.caches",
-    "cache_tensor_bytes": "kvcore.caches",
-    "compressible_layers": "kvcore.caches",
-    "copy_cache": "kvcore.caches",
-    "dense_bytes_formula": "kvcore.caches",
-    "incompressible_reason": "kvcore.caches",
-    "quantize_cache": "kvcore.caches",
-    "select_positions": "kvcore.caches",
-    "to_sparse_all": "kvcore.caches",
+    "load_cache": "kvcore.cache.files",
+    "save_cache": "kvcore.cache.files",
+    "SparseKVCache": "kvcore.cache.sparse",
+    "SparseQuantizedKVCache": "kvcore.cache.sparse",
+    "cache_tensor_bytes": "kvcore.cache.sparse",
+    "compressible_layers": "kvcore.cache.sparse",
+    "copy_cache": "kvcore.cache.sparse",
+    "dense_bytes_formula": "kvcore.cache.sparse",
+    "incompressible_reason": "kvcore.cache.sparse",
+    "quantize_cache": "kvcore.cache.sparse",
+    "select_positions": "kvcore.cache.sparse",
+    "to_sparse_all": "kvcore.cache.sparse",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -98,7 +98,7 @@ DEFAULT_H2O_CAPTURE = "auto"
 H2O_CAPTURE_ENV = "KVLENS_H2O_CAPTURE"
 #: On a GPU without kvcore's CUDA kernels (Metal), "auto" keeps the prefill queries (lazy h2o) while they take at most
 #: this share of the memory left free: eager sums through MLX's operations cost 2.8x (8k) to 12x (32k) a plain
-#: prefill on the H200, kept queries none (kvcore.capture_mode).
+#: prefill on the H200, kept queries none (kvcore.capture.h2o_mode).
 LAZY_QUERY_SHARE = 0.25
 
 #: Environment variable that switches kvcore's CUDA kernels off ("0"), for side-by-side runs against the MLX path.

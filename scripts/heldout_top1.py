@@ -1,7 +1,7 @@
 """Held-out code figures of exported models, measured as the app runs them (MLX; float32 on the CPU).
 
 The training script measures top-1 and NLL under PyTorch's bf16 autocast on the GPU; the app loads the same
-weights through ``kvcore.loading`` (upcast to float32 on MLX's CPU backend). This script reads the same held-out
+weights through ``kvcore.model.loading`` (upcast to float32 on MLX's CPU backend). This script reads the same held-out
 standard-library files (``HELDOUT`` of the training script) from a stdlib folder, encodes them the same way
 (each file followed by EOS) and scores non-overlapping windows, so figures from either side compare::
 
@@ -21,7 +21,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kvcore import loading  # noqa: E402  (loads the optimized BLAS before mlx)
+from kvcore.model import loading  # noqa: E402  (loads the optimized BLAS before mlx)
 
 # isort: split
 import mlx.core as mx  # noqa: E402
@@ -58,7 +58,7 @@ def score(model, ids: np.ndarray, seq: int, batch: int = 8) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("models", nargs="+", help="model folders (or anything kvcore.loading.load accepts)")
+    p.add_argument("models", nargs="+", help="model folders (or anything kvcore.model.loading.load accepts)")
     p.add_argument("--root", type=Path, default=Path(sysconfig.get_paths()["stdlib"]), help="stdlib folder")
     p.add_argument("--seq", type=int, nargs="+", default=[1024])
     args = p.parse_args(argv)

@@ -121,7 +121,7 @@ def main(out: Path, sweep: bool = False) -> int:
     sys.path.insert(0, str(ROOT))
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import MainWindow, default_model
+    from app.window.main_window import MainWindow, default_model
 
     if default_model() is None:
         print("The demo model is missing (resources/models/kvlens-demo): nothing to show.", file=sys.stderr)

@@ -12,7 +12,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from kvcore import caches
+from kvcore.cache import sparse as caches
 
 
 def dense_logits(model: Any, prompt_ids: Sequence[int], tokens: Sequence[int]) -> np.ndarray:

@@ -106,7 +106,7 @@ def test_the_check_sees_a_copy(tmp_path):
 
 
 def test_the_engine_config_and_the_controls_dict_start_equal():
-    from kvcore.session import CompressionConfig
+    from kvcore.engine.session import CompressionConfig
 
     engine = CompressionConfig().to_dict()
     assert engine.pop("seed") == defaults.DEFAULT_SEED

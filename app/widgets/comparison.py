@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.view_model import TokenSteps
+from app.engine.view_model import TokenSteps
 from app.widgets.session_panel import HOVER_BACKGROUND
 from app.widgets.token_strip import TokenStrip
 

@@ -1,9 +1,9 @@
 """The memory–quality frontier of a sweep: bytes on x, a chosen metric on y, one colour and marker per method.
 
 Each method's points are joined through its ratios (one line per bit width, dashed when quantized); the Pareto
-frontier over all points (kvcore.frontier) is drawn on top and listed beside the plot. Hovering a point says
+frontier over all points (kvcore.measure.frontier) is drawn on top and listed beside the plot. Hovering a point says
 its configuration and metrics; clicking one emits `pointClicked` with its index so the window can apply it.
-The points may also be a prompt-set results file's (kvcore.set_results.ResultPoint): one per configuration at
+The points may also be a prompt-set results file's (kvcore.sets.results_file.ResultPoint): one per configuration at
 its mean, with its interval as an error bar, on % of dense only (the file has no absolute bytes).
 """
 
@@ -18,12 +18,12 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
 
-from app.pinning import config_label
+from app.controllers.pinning import config_label
 from app.widgets.plot_export import export_graphics
 from kvcore.defaults import UNQUANTIZED_BITS
-from kvcore.frontier import DEFAULT_METRIC, METRICS, metric_value, pareto_front
-from kvcore.set_results import ResultPoint
-from kvcore.sweep import SweepPoint
+from kvcore.engine.sweep import SweepPoint
+from kvcore.measure.frontier import DEFAULT_METRIC, METRICS, metric_value, pareto_front
+from kvcore.sets.results_file import ResultPoint
 
 #: What the plot draws: one prompt's sweep, or a prompt-set results file.
 Point = SweepPoint | ResultPoint

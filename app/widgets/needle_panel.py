@@ -1,5 +1,5 @@
 """The Needle grid dock's widget: which probes (family, seed, depths, lengths) and which caches (methods, ratios,
-bits), Run / Cancel, progress, the grid and its exports. app.needles runs it on the engine thread."""
+bits), Run / Cancel, progress, the grid and its exports. app.controllers.needle_grid runs it on the engine thread."""
 
 from __future__ import annotations
 

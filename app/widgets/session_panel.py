@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from kvcore.defaults import DEFAULT_CONTINUATION_TOKENS
-from kvcore.loading import hf_cache_dir
+from kvcore.model.loading import hf_cache_dir
 from kvcore.samples import sample_prompts
 
 OPEN_FOLDER = "Open folder…"

@@ -1,4 +1,4 @@
-"""Per-(layer, kv-head) statistics table, sortable, in the CSV export's column order (kvcore.export)."""
+"""Per-(layer, kv-head) statistics table, sortable, in the CSV export's column order (kvcore.measure.export)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
-from kvcore.export import STATS_COLUMNS
+from kvcore.measure.export import STATS_COLUMNS
 
 COLUMNS = STATS_COLUMNS
 _Index = QModelIndex | QPersistentModelIndex

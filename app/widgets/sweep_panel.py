@@ -1,5 +1,5 @@
 """The Sweep dock's widget: what to sweep (methods, ratios, bits, group size), Run / Cancel, progress, the
-frontier plot and the CSV export. It only collects and shows; app.sweeping runs the sweep on the engine."""
+frontier plot and the CSV export. It only collects and shows; app.controllers.sweep runs the sweep on the engine."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from kvcore.defaults import (
     DEFAULT_SWEEP_RATIOS,
     UNQUANTIZED_BITS,
 )
-from kvcore.sweep import parse_ratios
+from kvcore.engine.sweep import parse_ratios
 
 #: The retention slider moves in whole percents; a swept ratio must be one so that clicking its point can set it.
 RATIO_STEP = 0.01

@@ -17,7 +17,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.view_model import TokenSteps
+from app.engine.view_model import TokenSteps
 from app.widgets.plot_export import export_graphics
 from app.widgets.token_axis import TokenAxis, token_label
 

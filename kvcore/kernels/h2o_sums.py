@@ -1,6 +1,6 @@
 """h2o's column sums of the causal softmax attention, chunk by chunk, without materialising a score: CUDA kernels.
 
-The MLX-operations path (`kvcore.capture._accumulate_h2o`) writes every query's softmax row over every earlier key,
+The MLX-operations path (`kvcore.capture.prefill._accumulate_h2o`) writes every query's softmax row over every earlier key,
 several float32 passes each: 12.8× a plain prefill at 32k on the H200, and the reason "auto" kept the queries
 (lazy) instead, at 2× the dense cache in memory. These two kernels compute the same sums from the chunk's queries
 and the cached keys with tensor-core tiles (`mma.sync` m16n8k16, bf16/fp16 in, float32 accumulate), holding only
@@ -343,7 +343,7 @@ def fits(q: mx.array, keys: mx.array) -> bool:
 
 
 def applies(q: mx.array, keys: mx.array) -> bool:
-    """`fits`, on CUDA with the kernels on: the check `kvcore.capture._accumulate_h2o` makes per chunk."""
+    """`fits`, on CUDA with the kernels on: the check `kvcore.capture.prefill._accumulate_h2o` makes per chunk."""
     return cuda_ready() and fits(q, keys)
 
 
@@ -419,5 +419,5 @@ def accumulate(
     """`sums` [H_q, T_prev] (or None) plus this chunk's column sums, [H_q, T_k] float32.
 
     q: [H_q, N, D], the last N of the T_k positions whose keys [H_kv, T_k, D] are cached (the same contract as
-    `kvcore.capture._accumulate_h2o`)."""
+    `kvcore.capture.prefill._accumulate_h2o`)."""
     return column_sums(sums, q, keys, log_sum_exp(q, keys, scale, tuning), scale, tuning)

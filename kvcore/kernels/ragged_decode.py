@@ -3,7 +3,7 @@
 MLX 0.32's CUDA attention has no fused kernel for one query with an array mask, so a ragged layer's decode ran the
 unfused fallback (scores, additive mask, softmax, weighted sum over the padded width: 0.72× B0 at 32k on the H200).
 This reads each kv-head's real rows only — its first `prefix_counts[h]` selection rows, then every appended row
-(`kvcore.caches` layout) — so neither padding nor a mask is read. Flash decoding: each block takes a span of one
+(`kvcore.cache.sparse` layout) — so neither padding nor a mask is read. Flash decoding: each block takes a span of one
 kv-head's rows and keeps a running softmax (max, sum, weighted values) for every query head of the GQA group; a
 second kernel merges the spans. float32 arithmetic, the model's dtype out. On the H200 (`benchmarks/gpu_kernels.py`):
 0.43× the fallback's time for 32 layers at 32k, closer to a float64 reference (1.2e-4 against 2.7e-4).
@@ -181,7 +181,7 @@ def fits(queries: mx.array, keys: Any, cache: Any) -> bool:
 
 
 def applies(queries: mx.array, keys: Any, cache: Any) -> bool:
-    """`fits`, on CUDA with the kernels on: the check `kvcore.attention.sdpa` makes per ragged layer."""
+    """`fits`, on CUDA with the kernels on: the check `kvcore.model.attention.sdpa` makes per ragged layer."""
     return cuda_ready() and fits(queries, keys, cache)
 
 

@@ -1,6 +1,6 @@
 """adakv (Feng et al. 2024): any scorer, with the layer's budget spread unevenly over its kv-heads.
 
-The scores are the wrapped method's; what changes is the allocation (`kvcore.budgets.adakv_counts`), so the
+The scores are the wrapped method's; what changes is the allocation (`kvcore.methods.budgets.adakv_counts`), so the
 heads whose attention is concentrated give positions to the heads that need them.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from kvcore.capture import LayerObservation
+from kvcore.capture.prefill import LayerObservation
 from kvcore.methods.base import Method, MethodParams
 
 

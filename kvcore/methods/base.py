@@ -1,7 +1,7 @@
 """The one small protocol every compression method follows (kvpress's ScorerPress, reduced to what KV Lens needs).
 
 A method turns one layer's `LayerObservation` into scores [H_kv, T] (higher = keep) and names the positions it
-always keeps, in priority order. Ranking and budgets are shared (`kvcore.selection`, `kvcore.budgets`), so a
+always keeps, in priority order. Ranking and budgets are shared (`kvcore.methods.selection`, `kvcore.methods.budgets`), so a
 method is only its scores: that is what the heatmap shows and what the tests check against NumPy.
 """
 
@@ -13,7 +13,7 @@ from typing import ClassVar
 import mlx.core as mx
 import numpy as np
 
-from kvcore.capture import LayerObservation
+from kvcore.capture.prefill import LayerObservation
 from kvcore.defaults import DEFAULT_KERNEL, DEFAULT_N_SINK, DEFAULT_SEED, DEFAULT_WINDOW
 
 
@@ -45,12 +45,14 @@ class Method:
     """Base scorer. Subclasses set `name` and implement `scores`; the defaults suit most of them."""
 
     name: ClassVar[str] = ""
-    budget: ClassVar[str] = "uniform"  # or "pyramidkv": per-layer counts from kvcore.budgets
+    budget: ClassVar[str] = "uniform"  # or "pyramidkv": per-layer counts from kvcore.methods.budgets
     shared_across_heads: ClassVar[bool] = False  # every kv-head keeps the same positions (tova)
     keeps_everything: ClassVar[bool] = False  # full: the ratio does not apply
     needs_h2o: ClassVar[bool] = False
     max_n_sink: ClassVar[int | None] = None  # the largest n_sink the captured statistics allow (None: any)
-    needs_query_stats: ClassVar[bool] = False  # pre-RoPE query statistics (kvcore.query_stats): not on MLA
+    needs_query_stats: ClassVar[bool] = (
+        False  # pre-RoPE query statistics (kvcore.capture.query_stats): not on MLA
+    )
 
     def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
         """Scores [H_kv, T], float32, higher = more worth keeping."""

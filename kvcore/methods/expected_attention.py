@@ -1,7 +1,7 @@
 """expected_attention (kvpress's ExpectedAttentionPress): the attention future queries are expected to pay.
 
 The first `n_sink` positions are always kept and left out. From the pre-RoPE queries of every prompt position
-after them (statistics recorded at prefill, `kvcore.query_stats`), per query head the mean μ and covariance Σ;
+after them (statistics recorded at prefill, `kvcore.capture.query_stats`), per query head the mean μ and covariance Σ;
 R̄ = the mean of the model's own RoPE matrices at positions T … T + 511; μ' = R̄μ, Σ' = R̄ΣR̄ᵀ. For a query
 q ~ N(μ', Σ'), E[exp(q·k/√d)] = exp(k·μ'/√d + kᵀΣ'k/(2d)), so score = softmax over the non-sink keys of that
 exponent, mean over the GQA group, times ‖v‖₂ (ε = 0). Sinks score the layer's maximum + 1, as in kvpress.
@@ -14,7 +14,7 @@ import math
 import mlx.core as mx
 import numpy as np
 
-from kvcore.capture import BLOCK_ELEMENTS, LayerObservation
+from kvcore.capture.prefill import BLOCK_ELEMENTS, LayerObservation
 from kvcore.defaults import QUERY_STATS_HEAD
 from kvcore.methods.base import Method, MethodParams
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from kvcore.capture import LayerObservation
+from kvcore.capture.prefill import LayerObservation
 from kvcore.methods.base import Method, MethodParams, group_mean
 
 

@@ -1,4 +1,4 @@
-"""pyramidkv (Cai et al. 2024): snapkv scores with more positions in lower layers (see kvcore.budgets)."""
+"""pyramidkv (Cai et al. 2024): snapkv scores with more positions in lower layers (see kvcore.methods.budgets)."""
 
 from __future__ import annotations
 

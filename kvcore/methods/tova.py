@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from kvcore.capture import LayerObservation
+from kvcore.capture.prefill import LayerObservation
 from kvcore.methods.base import Method, MethodParams, window_attention
 
 

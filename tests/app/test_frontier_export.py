@@ -4,7 +4,7 @@ import csv
 import struct
 
 from app.__main__ import main
-from kvcore.export import SWEEP_COLUMNS
+from kvcore.measure.export import SWEEP_COLUMNS
 
 PROMPT = (
     "def main(argv):\n    return sum(x * x for x in argv)\nThe quick brown fox jumps over the lazy dog.\n"

@@ -3,9 +3,9 @@ test thread prefills with the same prompt: the independent reference a window te
 
 from __future__ import annotations
 
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
+from kvcore.engine.session import Session
 from kvcore.resources import demo_model_dir
-from kvcore.session import Session
 from tests.app.waiting import wait_until
 
 CODE_PROMPT = (

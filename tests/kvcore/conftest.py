@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from kvcore import attention
+from kvcore.model import attention
 
 PROMPT = "def main(argv): return sum(x * x for x in argv) The quick brown fox jumps over the lazy dog."
 #: The prompt the CLI tests write to a file: two lines of code and one of prose, twice.

@@ -19,10 +19,10 @@ import random
 
 import pytest
 
+from kvcore.engine.session import CompressionConfig, Session
 from kvcore.probes import HELDOUT_FAMILIES, TRAIN_FAMILIES, make_probe
 from kvcore.probes.run import DENSE, probe_rows
 from kvcore.resources import demo_model_dir
-from kvcore.session import CompressionConfig, Session
 
 SEED = 90_210
 CONFIGS = {

@@ -7,7 +7,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from kvcore import loading
+from kvcore.model import loading
 from scripts import heldout_top1
 from scripts.train_demo_model import EOS, HELDOUT
 from tests.model_factory import build_model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from kvcore import loading
+from kvcore.model import loading
 from scripts import interpolate_models
 from tests.model_factory import build_model
 

@@ -188,7 +188,7 @@ def test_separate_kv_reveals_a_value_slider_and_emits_value_bits(controls, qtbot
 def test_adakv_after_tova_selects_per_head(controls):
     """tova forces shared selection; adakv after it used to keep per_head off and every compress failed
     ("adakv needs per-head selection"), found by the random-actions test."""
-    from kvcore.session import CompressionConfig
+    from kvcore.engine.session import CompressionConfig
 
     controls.set_config({"method": "tova"})
     assert controls.config()["per_head"] is False

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.widgets.stats_table import COLUMNS, StatsTable
-from kvcore.export import stats_columns
+from kvcore.measure.export import stats_columns
 
 
 def _rows():

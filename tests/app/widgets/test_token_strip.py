@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import QPointF
 from PySide6.QtTest import QTest
 
-from app.view_model import TokenSteps
+from app.engine.view_model import TokenSteps
 from app.widgets.comparison import ComparisonView
 from app.widgets.session_panel import HOVER_BACKGROUND
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from kvcore import capture
-from kvcore.capture import LayerObservation
+from kvcore.capture import prefill as capture
+from kvcore.capture.prefill import LayerObservation
 
 # (T, H_kv, group, head_dim): T below, at and above the default window of 64; GQA ratios 1, 2, 4.
 SHAPES = [(10, 2, 1, 16), (64, 2, 2, 8), (100, 2, 2, 16), (150, 1, 4, 32), (203, 4, 1, 8)]
@@ -61,7 +61,6 @@ def keep(scores: np.ndarray, n: int, always: list[int]) -> np.ndarray:
 
 def kvcore_kept(obs: LayerObservation, method: str, ratio: float, **params):
     """kvcore's selection for a single layer."""
-    from kvcore import selection
-    from kvcore.methods import MethodParams
+    from kvcore.methods import MethodParams, selection
 
     return selection.select(selection.rank([obs], method, MethodParams(**params)), ratio)[0]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kvcore import selection
+from kvcore.methods import selection
 from tests.kvcore.methods.helpers import attention_row, n_kept, observation, random_qk
 from tests.kvcore.methods.test_snapkv import snapkv_oracle_scores
 

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from kvcore import capture, selection
-from kvcore.methods import MethodParams
-from kvcore.session import CompressionConfig, Session
+from kvcore.capture import prefill as capture
+from kvcore.engine.session import CompressionConfig, Session
+from kvcore.methods import MethodParams, selection
 from tests.kvcore.methods.helpers import keep, n_kept
 from tests.model_factory import ARCHS, build_model
 

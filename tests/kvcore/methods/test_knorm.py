@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kvcore import selection
+from kvcore.methods import selection
 from tests.kvcore.methods.helpers import RATIOS, SHAPES, keep, kvcore_kept, n_kept, observation, random_qk
 
 

@@ -6,8 +6,7 @@ must keep, layer by layer, exactly what snapkv's brute force keeps at that layer
 
 import numpy as np
 
-from kvcore import budgets, selection
-from kvcore.methods import MethodParams
+from kvcore.methods import MethodParams, budgets, selection
 from tests.kvcore.methods.helpers import observation, random_qk
 from tests.kvcore.methods.test_snapkv import snapkv_oracle
 

@@ -2,8 +2,7 @@
 
 import numpy as np
 
-from kvcore import selection
-from kvcore.methods import MethodParams
+from kvcore.methods import MethodParams, selection
 from tests.kvcore.methods.helpers import keep, n_kept, observation, random_qk
 
 

@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from kvcore.cli import main
+from kvcore.cli.main import main
 from kvcore.probes.run import PROBE_COLUMNS
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from kvcore.engine.session import CompressionConfig, Session
 from kvcore.probes import make_probe, recalls
 from kvcore.probes.run import CONTROL, DENSE, PROBE_COLUMNS, probe_rows, recall_table
 from kvcore.resources import demo_model_dir
-from kvcore.session import CompressionConfig, Session
 
 
 @pytest.fixture(scope="module")

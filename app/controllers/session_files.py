@@ -1,0 +1,240 @@
+"""File ▸ Save Session… / Open Session…: a prefill kept on disk (kvcore.engine.session_file) and shown again later.
+
+Saving writes the engine's prefill plus what is on screen (the compression view, the controls, the prompt, the
+pin) atomically. Opening reads the file on the engine thread into a new Session (loading the saved model when
+another one is loaded), checks every field, and only then replaces the current session; the GUI then shows the
+saved view as it was, with no prefill and no regeneration (forward-call counter 0). A bad file leaves everything
+as it was and a dialog names the part that is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from PySide6.QtWidgets import QFileDialog
+
+from app.controllers.pinning import Pin
+from app.engine import view_store
+from app.engine.jobs import SESSION
+from app.engine.thread import Job, JobContext, JobFailure, JobResult
+from app.engine.view_model import CompressionView, LoadedModel, SequenceView, sequence_view
+from app.widgets.heatmap import VIEWS
+from kvcore.defaults import DEFAULT_FP_RECENT
+from kvcore.engine import session_file
+from kvcore.engine.session import Session
+
+if TYPE_CHECKING:
+    from app.window.main_window import MainWindow
+
+SAVE, OPEN = "save_session", "open_session"
+SAVE_SHORTCUT, OPEN_SHORTCUT = "Ctrl+S", "Ctrl+O"
+FILTER = f"KV Lens session (*{session_file.SUFFIX})"
+
+
+@dataclass
+class OpenedSession:
+    """What the GUI shows after an open: the model (when it had to be loaded), the sequence and the saved view."""
+
+    path: str
+    loaded: LoadedModel | None
+    sequence: SequenceView
+    view: CompressionView | None
+    extra: dict[str, Any] = field(default_factory=dict)
+    pin: Pin | None = None
+
+
+def save_job(path: str, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> Job:
+    """Write the engine's session and the caller's view to `path`; the view is dropped when it no longer
+    matches the prefill (a prefill finished after the view was taken)."""
+
+    def job(ctx: JobContext) -> str:
+        session = ctx.state.get(SESSION)
+        if session is None or not session.prompt_ids:
+            raise ValueError("nothing to save: prefill a prompt first")
+        view = extra.get("view") or {}
+        if len(view.get("token_texts", ())) != len(session.prompt_ids) + len(session.dense_tokens):
+            extra.pop("view", None)
+        session_file.save_session(path, session, extra, arrays)
+        return path
+
+    return job
+
+
+def _pin(extra: dict[str, Any], arrays: dict[str, np.ndarray], view: CompressionView | None) -> Pin | None:
+    pin = extra.get("pin")
+    if pin is None or view is None:
+        return None
+    kept = arrays.get("pin.kept")
+    want = (view.n_layers, view.n_kv_heads)
+    if (
+        not isinstance(pin, dict)
+        or kept is None
+        or kept.dtype != bool
+        or kept.ndim != 3
+        or kept.shape[:2] != want
+    ):
+        raise ValueError(f"pin: expected a configuration and a bool kept mask over {want} layers x heads")
+    return Pin(dict(pin.get("config", {})), str(pin.get("label", "")), kept, dict(pin.get("cells", {})))
+
+
+def open_job(path: str) -> Job:
+    """Read `path` into a new Session over the loaded model (or the saved one, loaded now); replace the
+    current session only when every part was read and checked."""
+
+    def job(ctx: JobContext) -> OpenedSession:
+        model = session_file.read_model(path)
+        current = ctx.state.get(SESSION)
+        loaded = None
+        if current is not None and session_file.model_fingerprint(current.info.path) == model["fingerprint"]:
+            session = Session(current.model, current.tokenizer, current.info)
+        else:
+            ctx.progress(0.0, f"Loading {model['spec']} for the session…")
+            session = Session.load(model["spec"])
+            loaded = LoadedModel(model["spec"], session.info)
+        ctx.check_cancelled()
+        extra, arrays = session_file.open_session(path, session)
+        n_columns = len(session.prompt_ids) + len(session.dense_tokens)
+        try:
+            view = None
+            if extra.get("view") is not None:
+                view = view_store.unpack(extra["view"], arrays, session.info.n_layers, n_columns)
+            pin = _pin(extra, arrays, view)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from e
+        ctx.state[SESSION] = session
+        return OpenedSession(path, loaded, sequence_view(session), view, extra, pin)
+
+    return job
+
+
+class SessionFiles:
+    """The Save Session / Open Session actions and what their results do to the window."""
+
+    def __init__(self, window: MainWindow) -> None:
+        self.window = window
+        self.last_saved: str | None = None
+        self.last_opened: str | None = None
+
+    # -- save ---------------------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> int | None:
+        """Save the session on screen to `path` (.kvlens is added when missing); a message when it cannot."""
+        w = self.window
+        path = Path(path)
+        if path.suffix != session_file.SUFFIX:
+            path = path.with_name(path.name + session_file.SUFFIX)
+        view = w.pinning._current
+        if not w._prefill_requested or view is None:
+            w._error("Nothing to save", "Prefill a prompt first: a session file keeps a prefill.")
+            return None
+        if path.is_dir() or not path.parent.is_dir():
+            w._error("Could not save the session", f"{path}: choose a file name in an existing folder.")
+            return None
+        fields, arrays = view_store.pack(view)
+        extra: dict[str, Any] = {
+            "view": fields,
+            "prompt": w.sessionPanel.promptEdit.toPlainText(),
+            "config": w.controls.config(),
+            "auto_regenerate": w.controls.auto_regenerate(),
+            "heatmap_view": w.heatmap.view(),
+            "chat_template": w.sessionPanel.chatTemplateCheck.isChecked(),
+            "system_prompt": w.sessionPanel.systemPromptEdit.text(),
+        }
+        pin = w.pinning.pin_state
+        if pin is not None:
+            extra["pin"] = view_store._plain({"config": pin.config, "label": pin.label, "cells": pin.cells})
+            arrays["pin.kept"] = pin.kept
+        w.status.show(f"Saving the session to {path}…")
+        return w.engine.submit(SAVE, save_job(str(path), extra, arrays))
+
+    def save_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.window, "Save session", "session.kvlens", FILTER)
+        if path:
+            self.save(path)
+
+    # -- open ---------------------------------------------------------------------------------------
+
+    def open(self, path: str | Path) -> int | None:
+        """Open a session file: the view comes back without a prefill; a dialog names what is wrong."""
+        path = Path(path)
+        if not path.is_file():
+            self.window._error("Could not open the session", f"{path}: no such file")
+            return None
+        return self.window.engine.submit(OPEN, open_job(str(path)))
+
+    def open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.window, "Open session", "", FILTER)
+        if path:
+            self.open(path)
+
+    # -- results ------------------------------------------------------------------------------------
+
+    def on_finished(self, result: JobResult) -> None:
+        w = self.window
+        if result.kind == SAVE:
+            self.last_saved = result.value
+            self._remember(result.value)
+            w.status.show(f"Saved the session to {result.value}")
+            return
+        opened: OpenedSession = result.value
+        if opened.loaded is not None:
+            w._show_loaded(opened.loaded)
+        pins = w.pinning.clear("a session was opened")
+        sweeps = w.sweeping.clear("a session was opened")
+        extra = opened.extra
+        panel = w.sessionPanel
+        panel.promptEdit.setPlainText(str(extra.get("prompt", "")))
+        if isinstance(extra.get("chat_template"), bool):
+            panel.chatTemplateCheck.setChecked(extra["chat_template"])
+        if isinstance(extra.get("system_prompt"), str):
+            panel.systemPromptEdit.setText(extra["system_prompt"])
+        w.sessionPanel.set_generated(opened.sequence.tokens, opened.sequence.prompt_len)
+        w.status.set_timing("prefill", opened.sequence.prefill_ms)
+        w._prefill_requested = True
+        self._set_controls(extra)
+        if opened.view is None:
+            w.request_compression()
+        else:
+            w._show_compression(opened.view)
+            if opened.pin is not None:
+                w.pinning.restore(opened.pin)
+            if extra.get("heatmap_view") in VIEWS:
+                w.heatmap.set_view(extra["heatmap_view"])
+        self.last_opened = opened.path
+        self._remember(opened.path)
+        w.status.show(
+            f"Opened {opened.path}: {opened.sequence.prompt_len} prompt tokens, no prefill needed. "
+            f"{pins} {sweeps}".strip()
+        )
+
+    def _remember(self, path: str) -> None:
+        settings = self.window.settings
+        settings.add_recent_session(str(Path(path).resolve()))
+        self.window.actions_.rebuild_recent_sessions(settings.recent_sessions)
+
+    def _set_controls(self, extra: dict[str, Any]) -> None:
+        """The saved controls, without the recompress their signals would ask for."""
+        controls = self.window.controls
+        check = controls.autoRegenerateCheck
+        controls.blockSignals(True)
+        check.blockSignals(True)
+        try:
+            if isinstance(extra.get("config"), dict):  # files from before the float residual had none: 0
+                controls.set_config({"fp_recent": DEFAULT_FP_RECENT, **extra["config"]})
+            if isinstance(extra.get("auto_regenerate"), bool):
+                controls.autoRegenerateCheck.setChecked(extra["auto_regenerate"])
+        except ValueError as e:
+            self.window.status.warn(f"Session: saved controls not applied ({e})")
+        finally:
+            controls.blockSignals(False)
+            check.blockSignals(False)
+
+    def on_failed(self, failure: JobFailure) -> None:
+        if failure.cancelled:
+            self.window.status.show("Opening the session was cancelled; nothing changed.")
+            return
+        title = "Could not save the session" if failure.kind == SAVE else "Could not open the session"
+        self.window._error(title, failure.message)

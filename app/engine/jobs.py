@@ -1,0 +1,177 @@
+"""The jobs the window submits to the engine thread. Each runs there, and only there, touches the Session.
+
+A job is built on the GUI thread from plain values (a path, a prompt, a config dict) and returns plain values
+(app.engine.view_model), so no MLX object ever crosses threads. The Session lives in `ctx.state["session"]` and is
+replaced only when a load succeeds, so a failed load or prefill leaves the user's session as it was.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from app.engine.thread import Job, JobContext
+from app.engine.view_model import CompressionView, LoadedModel, SequenceView, compression_view, sequence_view
+from kvcore.capture.prefill import Cancelled
+from kvcore.engine.session import CompressionConfig, Session
+from kvcore.engine.sweep import SweepPoint, run_sweep
+from kvcore.probes.needle_grid import GridCell, run_grid
+
+SESSION = "session"
+
+
+def _session(ctx: JobContext) -> Session:
+    session = ctx.state.get(SESSION)
+    if session is None:
+        raise ValueError("no model is loaded: load a model first")
+    return session
+
+
+def load(spec: str) -> Job:
+    """Load a model; the previous session stays if this fails or is cancelled."""
+
+    def job(ctx: JobContext) -> LoadedModel:
+        ctx.progress(0.0, f"Loading {spec}…")
+        session = Session.load(spec)
+        ctx.check_cancelled()
+        ctx.state[SESSION] = session
+        return LoadedModel(spec, session.info)
+
+    return job
+
+
+def prefill_progress_text(done: int, total: int, elapsed_s: float) -> str:
+    """ "Prefill 2,048/32,768 tokens · 1,234 tok/s · 25 s left": the rate so far and the time the rest takes at it."""
+    text = f"Prefill {done:,}/{total:,} tokens"
+    if done <= 0 or elapsed_s <= 0:
+        return text
+    rate = done / elapsed_s
+    left = max(total - done, 0) / rate
+    return (
+        f"{text} · {rate:,.0f} tok/s · {left:,.0f} s left" if done < total else f"{text} · {rate:,.0f} tok/s"
+    )
+
+
+def prefill(prompt: str, n_tokens: int, chat_template: bool = True, system_prompt: str | None = None) -> Job:
+    """Prefill with capture and compute the dense continuation (the baseline every setting is measured on);
+    the chat template applies when asked and the tokenizer has one (kvcore.model.prompting)."""
+
+    def job(ctx: JobContext) -> SequenceView:
+        session = _session(ctx)
+        start = time.perf_counter()
+
+        def progress(done: int, total: int) -> None:
+            text = prefill_progress_text(done, total, time.perf_counter() - start)
+            ctx.progress(done / max(total, 1), text)
+
+        session.prefill(
+            prompt,
+            n_tokens=n_tokens,
+            on_progress=progress,
+            should_cancel=ctx.cancelled,
+            chat_template=chat_template,
+            system_prompt=system_prompt,
+        )
+        return sequence_view(session)
+
+    return job
+
+
+def extend(n: int) -> Job:
+    """Continue the dense greedy continuation by n tokens (Step = 1, Generate N = n); None when nothing is
+    prefilled."""
+
+    def job(ctx: JobContext) -> SequenceView | None:
+        session = _session(ctx)
+        if not session.prompt_ids:  # the prefill it followed was cancelled or failed: nothing to extend
+            return None
+        ctx.progress(0.0, f"Generating {n} token{'s' if n != 1 else ''}…")
+        session.extend(n, should_cancel=ctx.cancelled)
+        return sequence_view(session)
+
+    return job
+
+
+def compress(
+    config: dict[str, Any], regenerate: bool, is_current: Callable[[int], bool] | None = None
+) -> Job:
+    """Compress the prefilled cache with `config` and, if asked, regenerate. None when nothing is prefilled
+    or when a newer request made this one stale (`is_current(request_id)` False): a drag then never waits
+    for a regeneration nobody will see."""
+
+    def job(ctx: JobContext) -> CompressionView | None:
+        cfg = CompressionConfig.from_dict(config)
+        session = ctx.state.get(SESSION)
+        if session is None or not session.prompt_ids:
+            return None
+
+        def stale() -> bool:
+            return is_current is not None and not is_current(ctx.request_id)
+
+        state = session.compress(cfg)
+        regen = None
+        if regenerate:
+            if stale():
+                return None
+            ctx.check_cancelled()
+            try:
+                regen = session.regenerate(state, should_cancel=lambda: ctx.cancelled() or stale())
+            except Cancelled:
+                if stale() and not ctx.cancelled():
+                    return None
+                raise
+        view = compression_view(session, state, regen)
+        view.request_id = ctx.request_id
+        return view
+
+    return job
+
+
+def sweep(configs: list[dict[str, Any]]) -> Job:
+    """Run a sweep over the current prefill, publishing each finished point (kvcore.engine.sweep.SweepPoint) at once;
+    returns them all. Cancel keeps what was published (the job then ends as cancelled)."""
+
+    def job(ctx: JobContext) -> list[SweepPoint]:
+        session = _session(ctx)
+        cfgs = [CompressionConfig.from_dict(c) for c in configs]
+
+        def progress(done: int, total: int, point: SweepPoint) -> None:
+            ctx.progress(
+                done / total, f"Sweep {done}/{total}: {point.config.method} r={point.config.ratio:g}"
+            )
+
+        points = []
+        for point in run_sweep(session, cfgs, should_cancel=ctx.cancelled, on_progress=progress):
+            points.append(point)
+            ctx.publish(point)
+        ctx.check_cancelled()
+        return points
+
+    return job
+
+
+#: The Session the needle grid prefills its probes on: the model's own, so the main view's prefill stays.
+GRID_SESSION = "grid_session"
+
+
+def needle_grid(specs: list[dict[str, Any]], configs: list[dict[str, Any]]) -> Job:
+    """Run a needle grid (kvcore.probes.needle_grid) on a second Session sharing the loaded model, publishing each
+    finished cell; the main session's prefill and compression are left as they are."""
+
+    def job(ctx: JobContext) -> list[GridCell]:
+        main = _session(ctx)
+        session = ctx.state.get(GRID_SESSION)
+        if session is None or session.model is not main.model:
+            session = Session(main.model, main.tokenizer, main.info)
+            ctx.state[GRID_SESSION] = session
+        cfgs = [CompressionConfig.from_dict(c) for c in configs]
+        cells = []
+        for cell in run_grid(session, specs, cfgs, should_cancel=ctx.cancelled):
+            cells.append(cell)
+            ctx.publish(cell)
+            ctx.progress(len(cells) / len(specs), f"Needle grid {len(cells)}/{len(specs)}")
+        ctx.check_cancelled()
+        return cells
+
+    return job

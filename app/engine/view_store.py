@@ -1,0 +1,97 @@
+"""A CompressionView as JSON plus named NumPy arrays, for session files (kvcore.engine.session_file's `extra`).
+
+Opening a session shows the saved view as it was — heatmap, statistics, metrics, continuations — without
+asking the engine to regenerate (no forward pass). Arrays go into the safetensors file, everything else into
+its JSON; reading back checks the shapes against each other, so a forged file fails with "view: …".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from app.engine.view_model import CompressionView, SequenceView, TokenSteps
+
+_NESTED = {"sequence": SequenceView, "token_steps": TokenSteps}
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: NumPy scalars become Python numbers, containers are walked."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def pack(view: Any, prefix: str = "view.") -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(JSON fields, arrays named prefix + field) of a view dataclass, nested dataclasses included."""
+    fields: dict[str, Any] = {}
+    arrays: dict[str, np.ndarray] = {}
+    for f in dataclasses.fields(view):
+        value = getattr(view, f.name)
+        if isinstance(value, np.ndarray):
+            arrays[prefix + f.name] = value
+            fields[f.name] = {"array": prefix + f.name}
+        elif dataclasses.is_dataclass(value):
+            inner, inner_arrays = pack(value, f"{prefix}{f.name}.")
+            fields[f.name] = {"dataclass": inner}
+            arrays.update(inner_arrays)
+        else:
+            fields[f.name] = _plain(value)
+    return fields, arrays
+
+
+def _unpack(cls: type, fields: Any, arrays: dict[str, np.ndarray]) -> Any:
+    if not isinstance(fields, dict):
+        raise ValueError(f"view: {cls.__name__} must be an object")
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in fields:
+            raise ValueError(f"view: {cls.__name__}.{f.name} is missing")
+        value = fields[f.name]
+        if isinstance(value, dict) and set(value) == {"array"}:
+            if value["array"] not in arrays:
+                raise ValueError(f"view: array {value['array']!r} is missing")
+            value = arrays[value["array"]]
+        elif isinstance(value, dict) and set(value) == {"dataclass"}:
+            if f.name not in _NESTED:
+                raise ValueError(f"view: {cls.__name__}.{f.name} cannot be a nested object")
+            value = _unpack(_NESTED[f.name], value["dataclass"], arrays)
+        values[f.name] = value
+    return cls(**values)
+
+
+def unpack(fields: Any, arrays: dict[str, np.ndarray], n_layers: int, n_columns: int) -> CompressionView:
+    """The view `pack` wrote, checked against the restored session (layers, prompt + continuation columns)."""
+    try:
+        view = _unpack(CompressionView, fields, arrays)
+    except TypeError as e:
+        raise ValueError(f"view: {e}") from e
+    rows = view.n_layers * view.n_kv_heads if isinstance(view.n_kv_heads, int) else -1
+    if view.n_layers != n_layers or not isinstance(view.kept, np.ndarray) or view.kept.dtype != bool:
+        raise ValueError(f"view: expected a bool kept mask over {n_layers} layers")
+    if (
+        view.kept.shape != (rows, n_columns)
+        or len(view.token_texts) != n_columns
+        or len(view.row_labels) != rows
+    ):
+        raise ValueError(
+            f"view: kept mask {view.kept.shape}, {len(view.token_texts)} token texts and {len(view.row_labels)} "
+            f"rows do not match {rows} rows x {n_columns} columns"
+        )
+    for name in ("scores", "quant_error"):
+        grid = getattr(view, name)
+        if grid is not None and (not isinstance(grid, np.ndarray) or grid.shape != view.kept.shape):
+            raise ValueError(f"view: {name} must be a {view.kept.shape} array")
+    if not isinstance(view.metrics, dict) or not isinstance(view.stats_rows, list):
+        raise ValueError("view: metrics must be an object and stats_rows a list")
+    labels = view.not_compressible_labels
+    if not isinstance(labels, dict) or not all(str(k).isdigit() for k in labels):
+        raise ValueError("view: not_compressible_labels must map layers to labels")
+    view.not_compressible_labels = {int(k): str(v) for k, v in labels.items()}
+    return view

@@ -1,0 +1,1 @@
+"""The main window, its menus, shortcuts and status bar."""

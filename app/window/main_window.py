@@ -1,0 +1,507 @@
+"""The main window: docks the widgets around the heatmap and runs every request on the engine thread.
+
+The GUI never touches MLX or the Session: it submits jobs (app.engine.jobs) and shows the plain results they return.
+Slider moves submit a coalescing "compress" job; a result is shown only while its request is still the newest
+of its kind, so a burst of moves ends on the last setting and nothing stale is drawn after it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtGui import QCloseEvent, QIcon, QKeySequence
+from PySide6.QtWidgets import QApplication, QDockWidget, QFileDialog, QMainWindow, QMessageBox, QWidget
+
+from app.controllers.needle_grid import NeedleController
+from app.controllers.pinning import PinController
+from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
+from app.controllers.results_files import ResultsFiles
+from app.controllers.session_files import OPEN, SAVE, SessionFiles
+from app.controllers.sweep import SweepController
+from app.engine import jobs
+from app.engine.thread import EngineThread, JobFailure, JobResult
+from app.engine.view_model import CompressionView, LoadedModel, SequenceView
+from app.settings import Settings
+from app.widgets.comparison import ComparisonView, MetricsPanel
+from app.widgets.controls import DEFAULTS, CompressionControls
+from app.widgets.heatmap import RetentionHeatmap
+from app.widgets.needle_panel import NeedlePanel
+from app.widgets.session_panel import SessionPanel, find_cached_models
+from app.widgets.sweep_panel import SweepPanel
+from app.window.arrow_keys import ArrowKeyGuard
+from app.window.parts import StatsPane, StatusArea, build_menus
+from kvcore.defaults import DEFAULT_CONTINUATION_TOKENS
+from kvcore.model import checks as model_checks
+from kvcore.resources import demo_model_dir, prompts_dir, resources_dir
+
+DEFAULT_SIZE = (1440, 900)
+#: Jobs long enough that the run buttons wait for them (a recompress does not block Prefill).
+LONG_KINDS = {
+    "load": "Loading model",
+    "prefill": "Prefilling",
+    "extend": "Generating",
+    "sweep": "Sweeping",
+    "needles": "Running the needle grid",
+    OPEN: "Opening the session",
+    SAVE: "Saving the session",
+}
+
+
+def native_shortcut(keys: str) -> str:
+    """How the platform writes a shortcut (⌘↩ on a Mac, Ctrl+Return elsewhere)."""
+    return QKeySequence(keys).toString(QKeySequence.SequenceFormat.NativeText)
+
+
+def default_model() -> str | None:
+    """The bundled demo model's folder, when it is there."""
+    folder = demo_model_dir()
+    return str(folder) if (folder / "config.json").is_file() else None
+
+
+class MainWindow(QMainWindow):
+    """KV Lens: session panel left, heatmap centre, controls and metrics right, text and table below."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        settings_path: str | Path | None = None,
+        continuation_tokens: int = DEFAULT_CONTINUATION_TOKENS,
+    ) -> None:
+        super().__init__()
+        self.setWindowTitle("KV Lens")
+        self.resize(*DEFAULT_SIZE)
+        icon = resources_dir() / "icons" / "kvlens.png"
+        if icon.is_file():
+            self.setWindowIcon(QIcon(str(icon)))
+        self.settings, settings_warning = Settings.load(settings_path)
+        self.continuation_tokens = continuation_tokens
+        self.displayed_ids: list[int] = []  # every compress request id drawn, in order (tests assert on it)
+        self.last_error: str | None = None
+        self.model_info = None
+        self._prefill_requested = False
+        self._message_box: QMessageBox | None = None
+        self._shut_down = False
+
+        self.engine = EngineThread(self)
+        self.engine.resultReady.connect(self._on_result)
+        self.engine.failed.connect(self._on_failed)
+        self.engine.progressed.connect(self._on_progress)
+        self.engine.busyChanged.connect(self._on_busy)
+        self.engine.start()
+        app = QApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.shut_down)
+
+        self._build_ui()
+        self.sweeping = SweepController(self)
+        self.needles = NeedleController(self)
+        self.session_files = SessionFiles(self)
+        self.results_files = ResultsFiles(self)
+        self.actions_ = build_menus(self)
+        self.pinning = PinController(self)
+        self._guard = ArrowKeyGuard(self)
+        self._guard.protect(self)
+        settings_warning = self._restore_settings() or settings_warning
+
+        start = model or default_model()
+        if settings_warning:
+            self.status.warn(settings_warning)
+        if start:
+            self.load_model(start)
+        elif not settings_warning:
+            self.status.show("No model yet: choose one in the Session panel or File ▸ Open model folder…")
+
+    # -- layout ---------------------------------------------------------------------------------------
+
+    def _build_ui(self) -> None:
+        self.heatmap = RetentionHeatmap()
+        self.setCentralWidget(self.heatmap)
+        self.sessionPanel = SessionPanel(
+            demo_model=default_model(), recent_models=self.settings.recent_models, prompts_dir=prompts_dir()
+        )
+        self.controls = CompressionControls()
+        self.comparison = ComparisonView()
+        self.metricsPanel = MetricsPanel()
+        self.statsPane = StatsPane()
+        self.statsTable = self.statsPane.table
+        self.exportCsvButton = self.statsPane.exportCsvButton
+        self.status = StatusArea(self.statusBar())
+
+        self.sessionDock = self._dock("Session", self.sessionPanel, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.controlsDock = self._dock("Compression", self.controls, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.metricsDock = self._dock("Metrics", self.metricsPanel, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.comparisonDock = self._dock(
+            "Continuations", self.comparison, Qt.DockWidgetArea.BottomDockWidgetArea
+        )
+        self.statsDock = self._dock("Statistics", self.statsPane, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.splitDockWidget(self.comparisonDock, self.statsDock, Qt.Orientation.Horizontal)
+        self.sweepPanel = SweepPanel()
+        self.sweepDock = self._dock("Sweep", self.sweepPanel, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.tabifyDockWidget(self.statsDock, self.sweepDock)
+        self.needlePanel = NeedlePanel()
+        self.needleDock = self._dock("Needle grid", self.needlePanel, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.tabifyDockWidget(self.sweepDock, self.needleDock)
+        self.statsDock.raise_()
+        self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.resizeDocks([self.sessionDock, self.controlsDock], [360, 290], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.comparisonDock], [250], Qt.Orientation.Vertical)
+        self.resizeDocks([self.controlsDock, self.metricsDock], [320, 480], Qt.Orientation.Vertical)
+        self.resizeDocks([self.comparisonDock, self.statsDock], [540, 600], Qt.Orientation.Horizontal)
+
+        panel = self.sessionPanel
+        panel.loadRequested.connect(self.load_model)
+        panel.prefillRequested.connect(self.prefill)
+        panel.stepRequested.connect(self.step)
+        panel.generateRequested.connect(self.generate)
+        panel.cancelRequested.connect(self.cancel)
+        panel.tokenHovered.connect(self._on_token_hovered)
+        self.controls.configChanged.connect(self.request_compression)
+        self.controls.autoRegenerateCheck.toggled.connect(self.request_compression)
+        self.heatmap.hoverInfo.connect(self.status.show_hover)
+        self.exportCsvButton.clicked.connect(self.export_csv_dialog)
+        self.statsPane.exportImageButton.clicked.connect(self.export_image_dialog)
+        self.comparison.strip.exportButton.clicked.connect(self.export_strip_dialog)
+
+    def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self, objectName=f"{widget.objectName() or title}Dock")
+        dock.setWidget(widget)
+        dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetClosable
+        )
+        self.addDockWidget(area, dock)
+        return dock
+
+    # -- requests (GUI thread; each becomes a job) -----------------------------------------------------
+
+    def load_model(self, spec: str) -> int | None:
+        """Load a model folder, cached model or repo id; the current session stays until it succeeds."""
+        spec = str(spec).strip()
+        if not spec:
+            self._error("No model chosen", "Choose a model folder, a cached model or the demo model.")
+            return None
+        return self.engine.submit("load", jobs.load(spec))
+
+    def prefill(self, prompt: str | None = None) -> int | None:
+        """Prefill `prompt` (default: the editor's text), then compress and regenerate with the controls."""
+        text = self.sessionPanel.promptEdit.toPlainText() if prompt is None else prompt
+        if not text.strip():
+            self._error("Empty prompt", "Type a prompt (or pick a sample prompt) before Prefill.")
+            return None
+        if self.model_info is None and self.engine.latest_id("load") is None:
+            self._error("No model loaded", "Load a model before Prefill.")
+            return None
+        info = self.model_info
+        refusal = info and model_checks.quantized_kv_refusal(
+            info.model_type, info.attention_sinks, bool(info.latent_rope_dim)
+        )
+        if refusal and self.controls.quantized():
+            self._error("Quantized KV is not possible", refusal)
+            return None
+        use_template, system = self.sessionPanel.chat_template()
+        rid = self.engine.submit(
+            "prefill", jobs.prefill(text, self.continuation_tokens, use_template, system)
+        )
+        self._prefill_requested = True
+        self.request_compression()
+        return rid
+
+    def step(self) -> int | None:
+        """Extend the dense continuation by one token and recompress."""
+        return self.generate(1)
+
+    def generate(self, n: int | None = None) -> int | None:
+        """Extend the dense continuation by n tokens (default: the panel's count) and recompress."""
+        if not self._prefill_requested:
+            self.status.show("Prefill a prompt first.")
+            return None
+        n = self.sessionPanel.generateCountSpin.value() if n is None else int(n)
+        rid = self.engine.submit("extend", jobs.extend(n))
+        self.request_compression()
+        return rid
+
+    def request_compression(self, *_: Any, regenerate: bool | None = None) -> int | None:
+        """Recompress with the current controls (coalesced: a newer request replaces a pending one); regenerate
+        as the Auto-regenerate box says unless `regenerate` is given."""
+        if not self._prefill_requested:
+            return None
+        engine = self.engine
+        job = jobs.compress(
+            self.controls.config(),
+            self.controls.auto_regenerate() if regenerate is None else regenerate,
+            is_current=lambda rid: engine.is_current(rid, "compress"),
+        )
+        return self.engine.submit("compress", job, coalesce=True)
+
+    def cancel(self) -> None:
+        """Stop the running job and drop the queued ones."""
+        self.engine.cancel()
+        self.status.show("Cancelling…")
+
+    # -- exports ---------------------------------------------------------------------------------------
+
+    def export_csv(self, path: str | Path) -> bool:
+        """Write the statistics table (as shown) to `path`; a message instead of an exception on failure."""
+        rows = self.statsTable.rows()
+        empty = "Prefill a prompt first: the statistics table is empty."
+        if not export_rows(self, path, rows, self.statsTable.columns(), empty):
+            return False
+        self.status.show(f"Exported {len(rows)} rows to {path}")
+        return True
+
+    def export_image(self, path: str | Path) -> bool:
+        """Write the heatmap as PNG or SVG (by suffix)."""
+        return export_plot(self, self.heatmap, path, "heatmap", empty=self.heatmap.image_rgba().size == 0)
+
+    def export_strip_image(self, path: str | Path) -> bool:
+        """Write the per-token strip as PNG or SVG (by suffix)."""
+        strip = self.comparison.strip
+        return export_plot(self, strip, path, "per-token strip", empty=not strip.has_data())
+
+    def export_csv_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export statistics", "kvlens_stats.csv", "CSV (*.csv)")
+        if path:
+            self.export_csv(path)
+
+    def export_image_dialog(self) -> None:
+        path = ask_image_path(self, "heatmap", "kvlens_heatmap")
+        if path:
+            self.export_image(path)
+
+    def export_strip_dialog(self) -> None:
+        path = ask_image_path(self, "per-token strip", "kvlens_per_token")
+        if path:
+            self.export_strip_image(path)
+
+    def open_model_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open a model folder")
+        if folder:
+            self.load_model(folder)
+
+    # -- results (GUI thread) --------------------------------------------------------------------------
+
+    def _on_result(self, result: JobResult) -> None:
+        if not self.engine.is_current(result.request_id, result.kind):
+            return
+        value = result.value
+        if result.kind == "load":
+            self._prefill_requested = (self.engine.latest_id("prefill") or 0) > result.request_id
+            self._show_loaded(value)
+        elif result.kind in ("prefill", "extend") and value is not None:
+            self._show_sequence(value, result.kind)
+        elif result.kind == "compress" and value is not None:
+            self._show_compression(value)
+        elif result.kind == "sweep":
+            self.sweeping.on_finished(result)
+        elif result.kind == "needles":
+            self.needles.on_finished(result)
+        elif result.kind in (OPEN, SAVE):
+            self.session_files.on_finished(result)
+
+    def _show_loaded(self, loaded: LoadedModel) -> None:
+        info = loaded.info
+        self.model_info = info
+        self.setWindowTitle(f"KV Lens — {info.name}")
+        self.settings.add_recent_model(loaded.spec)
+        self._refresh_model_list(loaded.spec)
+        self.actions_.rebuild_recent(self.settings.recent_models)
+        self.sessionPanel.set_model_loaded(info.name)
+        self.sessionPanel.set_chat_template_available(info.has_chat_template)
+        self.controls.set_head_dim(info.head_dim, info.value_dim)
+        cleared = self.pinning.clear("another model was loaded")
+        cleared = f"{cleared} {self.sweeping.clear('another model was loaded')}".strip()
+        self.heatmap.clear()
+        self.comparison.set_texts([], [], None)
+        self.comparison.set_steps(None)
+        self.metricsPanel.set_metrics({})
+        self.statsTable.set_rows([])
+        heads = (
+            f"{info.n_q_heads} query heads sharing one latent kv-head of {info.head_dim} + "
+            f"{info.latent_rope_dim} RoPE"
+            if info.latent_rope_dim
+            else f"{info.n_q_heads} query / {info.n_kv_heads} kv-heads of {info.head_dim}"
+        )
+        self.status.show(
+            f"Loaded {info.name}: {info.n_layers} layers, {heads}, "
+            f"context {info.max_context or '?'}. Type or pick a prompt and Prefill "
+            f"({native_shortcut('Ctrl+Return')}). {cleared}".strip()
+        )
+
+    def _refresh_model_list(self, selected: str) -> None:
+        panel = self.sessionPanel
+        panel.set_models(default_model(), self.settings.recent_models, find_cached_models())
+        index = panel.modelCombo.findData(selected)
+        if index >= 0:
+            panel.modelCombo.setCurrentIndex(index)
+
+    def _show_sequence(self, seq: SequenceView, kind: str) -> None:
+        self.sessionPanel.set_generated(seq.tokens, seq.prompt_len)
+        if kind == "prefill":
+            self._prefill_requested = True
+            self.status.set_timing("prefill", seq.prefill_ms)
+            cleared = self.pinning.clear("a new prefill has other positions")
+            cleared = f"{cleared} {self.sweeping.clear('it was measured on another prefill')}".strip()
+            self.status.show(
+                f"Prefilled {seq.prompt_len} tokens; the dense continuation is the reference. {cleared}".strip()
+            )
+        else:
+            cleared = self.sweeping.clear("it was measured on a shorter continuation")
+            if cleared:
+                self.status.show(cleared)
+
+    def _show_compression(self, view: CompressionView) -> None:
+        self.heatmap.set_data(
+            view.kept,
+            view.row_labels,
+            view.token_texts,
+            view.scores,
+            view.quant_error,
+            view.n_layers,
+            view.n_kv_heads,
+            view.not_compressible_labels,
+        )
+        self.heatmap.set_boundary(view.n_prompt_positions, view.sequence.prompt_len)
+        fit_columns = not self.statsTable.rows()
+        self.statsTable.set_rows(*self.pinning.on_compression(view))
+        if fit_columns:
+            self.statsTable.resizeColumnsToContents()
+        self.metricsPanel.set_metrics(view.metrics)
+        self.comparison.set_texts(view.dense_texts, view.compressed_texts or [], view.first_divergence)
+        self.comparison.set_steps(view.token_steps)
+        self.status.set_timing("recompress", view.metrics.get("recompress_ms"))
+        self.status.set_timing("regenerate", view.metrics.get("regenerate_ms"))
+        self.controls.set_budget_note(view.budget_note)
+        if view.budget_note:
+            self.status.warn(view.budget_note)
+        if view.not_compressible:
+            layers = ", ".join(str(i) for i in view.not_compressible)
+            kinds = sorted(set(view.not_compressible_labels.values())) or ["sliding window or state"]
+            self.status.show(
+                f"Layers {layers} are stored whole ({'; '.join(kinds)}): grey in the heatmap, ✕, and "
+                "counted apart in 'Ratio, compressible layers'."
+            )
+        self.displayed_ids.append(view.request_id)
+
+    def _on_failed(self, failure: JobFailure) -> None:
+        if failure.kind == "sweep":
+            self.sweeping.on_failed(failure)
+            return
+        if failure.kind == "needles":
+            self.needles.on_failed(failure)
+            return
+        if failure.kind in (OPEN, SAVE):
+            self.session_files.on_failed(failure)
+            return
+        if failure.kind == "prefill" and self.engine.is_current(failure.request_id, "prefill"):
+            self._prefill_requested = self.pinning._current is not None  # the previous prefill, if any, stays
+        if failure.cancelled:
+            self.status.show(f"{failure.kind.capitalize()} cancelled.")
+            return
+        if failure.kind == "compress":
+            if self.engine.is_current(failure.request_id, "compress"):
+                self.last_error = failure.message
+                self.status.warn(f"Compression: {failure.message}")
+            return
+        title = {
+            "load": "Could not load the model",
+            "prefill": "Could not prefill",
+            "extend": "Could not generate",
+        }
+        self._error(title.get(failure.kind, "Error"), failure.message)
+
+    def _on_progress(self, request_id: int, text: str, fraction: float) -> None:
+        if text:
+            self.sessionPanel.busyLabel.setText(text)
+            self.status.set_busy(text)
+
+    def _on_busy(self, busy: bool, kind: str) -> None:
+        long_job = busy and kind in LONG_KINDS
+        self.sessionPanel.set_busy(long_job, LONG_KINDS.get(kind, "") + "…" if long_job else "")
+        self.status.set_busy(
+            ("Recompressing…" if kind == "compress" else LONG_KINDS.get(kind, kind) + "…") if busy else ""
+        )
+
+    def _on_token_hovered(self, position: int) -> None:
+        self.heatmap.highlight_position(position if position >= 0 else None)
+
+    def _error(self, title: str, text: str) -> None:
+        """A clear message in the status bar and a window-modal box that does not block the event loop."""
+        self.last_error = text
+        self.status.warn(f"{title}: {text}")
+        if self._message_box is not None:
+            self._message_box.close()
+        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self)
+        box.setObjectName("errorBox")
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.destroyed.connect(lambda *_: self._forget_box(box))
+        box.setWindowModality(Qt.WindowModality.WindowModal)
+        box.open()
+        self._message_box = box
+
+    def _forget_box(self, box: QMessageBox) -> None:
+        if self._message_box is box:
+            self._message_box = None
+
+    # -- settings --------------------------------------------------------------------------------------
+
+    def _restore_settings(self) -> str | None:
+        s = self.settings
+        if s.geometry:
+            self.restoreGeometry(QByteArray.fromBase64(s.geometry.encode("ascii")))
+        if s.last_prompt:
+            self.sessionPanel.promptEdit.setPlainText(s.last_prompt)
+        self.sessionPanel.chatTemplateCheck.setChecked(s.chat_template)
+        self.sessionPanel.systemPromptEdit.setText(s.system_prompt)
+        last = {
+            "method": s.last_method,
+            "ratio": s.last_ratio,
+            "bits": s.last_bits,
+            "value_bits": s.last_value_bits,
+            "fp_recent": s.last_fp_recent,
+            "group_size": s.last_group_size,
+            "schedule": s.last_schedule,
+        }
+        try:
+            self.controls.set_config(last)
+        except ValueError as exc:
+            self.controls.set_config(DEFAULTS)
+            return f"Settings: {exc}; defaults used."
+        if self.controls.config()["method"] != s.last_method:
+            return f"Settings: unknown method {s.last_method!r}; using {self.controls.config()['method']}."
+        return None
+
+    def save_settings(self) -> str | None:
+        """Remember geometry, recent models, the prompt and the compression choice; a warning on failure."""
+        s, cfg = self.settings, self.controls.config()
+        s.geometry = bytes(self.saveGeometry().toBase64().data()).decode("ascii")
+        s.last_prompt = self.sessionPanel.promptEdit.toPlainText()
+        s.chat_template = self.sessionPanel.chatTemplateCheck.isChecked()
+        s.system_prompt = self.sessionPanel.systemPromptEdit.text()
+        s.last_method, s.last_ratio, s.last_bits, s.last_value_bits, s.last_group_size, s.last_schedule = (
+            cfg["method"],
+            cfg["ratio"],
+            cfg["bits"],
+            cfg["value_bits"],
+            cfg["group_size"],
+            cfg["schedule"],
+        )
+        s.last_fp_recent = cfg["fp_recent"]
+        return s.save()
+
+    def shut_down(self) -> None:
+        """Save settings and stop the engine thread, once (closing the window or quitting the app)."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        if self._message_box is not None:  # a window-modal box outliving its window blocks every other one
+            self._message_box.close()
+        warning = self.save_settings()
+        if warning:
+            self.status.warn(warning)
+        self.engine.shutdown()
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt API)
+        self.shut_down()
+        super().closeEvent(event)

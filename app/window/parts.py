@@ -1,0 +1,261 @@
+"""The main window's smaller pieces: menus and shortcuts, the status bar, the statistics pane.
+
+Kept apart from main_window.py so that file reads as the request/result flow only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QMessageBox,
+    QPushButton,
+    QStatusBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.controllers.results_files import OPEN_RESULTS_SHORTCUT
+from app.controllers.session_files import OPEN_SHORTCUT, SAVE_SHORTCUT
+from app.widgets.stats_table import StatsTable
+from kvcore import __version__
+
+if TYPE_CHECKING:
+    from app.window.main_window import MainWindow
+
+_MESSAGE_MS = 8000
+_WARNING_MS = 20000
+
+
+class StatusArea:
+    """Messages (hover info, results, warnings) on the left; busy state and timings as permanent labels."""
+
+    def __init__(self, bar: QStatusBar) -> None:
+        self.bar = bar
+        self.busyLabel = QLabel(objectName="statusBusyLabel")
+        self.timingLabel = QLabel(objectName="statusTimingLabel")
+        bar.addPermanentWidget(self.busyLabel)
+        bar.addPermanentWidget(self.timingLabel)
+        self.last_warning: str | None = None
+        self._timings: dict[str, float] = {}
+        self._warning_until = 0.0
+
+    def show(self, text: str) -> None:
+        """A passing message; it waits while a warning is fresh, so a warning is never wiped unread."""
+        if time.monotonic() < self._warning_until:
+            return
+        self.bar.showMessage(text, _MESSAGE_MS)
+
+    def warn(self, text: str) -> None:
+        """A message that stays longer and is remembered (tests and the user can read it back)."""
+        self.last_warning = text
+        self._warning_until = time.monotonic() + _MESSAGE_MS / 1000
+        self.bar.showMessage(f"⚠ {text}", _WARNING_MS)
+
+    def show_hover(self, text: str) -> None:
+        if text:
+            self.bar.showMessage(text)
+        else:
+            self.bar.clearMessage()
+
+    def set_busy(self, text: str) -> None:
+        self.busyLabel.setText(text)
+
+    def set_timing(self, name: str, ms: float | None) -> None:
+        """Keep the latest prefill / recompress / regenerate time in the permanent label."""
+        if ms is None:
+            self._timings.pop(name, None)
+        else:
+            self._timings[name] = float(ms)
+        self.timingLabel.setText(" · ".join(f"{k} {v:,.0f} ms" for k, v in self._timings.items()))
+
+
+class StatsPane(QWidget):
+    """The per-(layer, kv-head) table with its export buttons."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("statsPane")
+        self.table = StatsTable()
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
+        self.exportCsvButton = QPushButton("Export CSV…", objectName="exportCsvButton")
+        keys = QKeySequence("Ctrl+E").toString(QKeySequence.SequenceFormat.NativeText)
+        self.exportCsvButton.setToolTip(f"Save the table as CSV ({keys})")
+        self.exportImageButton = QPushButton("Export image…", objectName="exportImageButton")
+        self.exportImageButton.setToolTip("Save the heatmap as PNG or SVG")
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.exportImageButton)
+        buttons.addWidget(self.exportCsvButton)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.table, 1)
+        layout.addLayout(buttons)
+
+
+@dataclass
+class WindowActions:
+    """The menu actions, so tests and the window can trigger or inspect them."""
+
+    open_model: QAction
+    open_session: QAction
+    save_session: QAction
+    recent_sessions: QMenu
+    open_results: QAction
+    recent_results: QMenu
+    recent_menu: QMenu
+    export_csv: QAction
+    export_image: QAction
+    quit: QAction
+    prefill: QAction
+    step: QAction
+    generate: QAction
+    cancel: QAction
+    window: MainWindow
+
+    def rebuild_recent(self, models: list[str]) -> None:
+        """Refill File ▸ Open Recent."""
+        _fill(self.recent_menu, models, self.window.load_model)
+
+    def rebuild_recent_sessions(self, paths: list[str]) -> None:
+        """Refill File ▸ Open Recent Session."""
+        _fill(self.recent_sessions, paths, self.window.session_files.open)
+
+    def rebuild_recent_results(self, paths: list[str]) -> None:
+        """Refill File ▸ Open Recent Results."""
+        _fill(self.recent_results, paths, self.window.results_files.open)
+
+
+def _fill(menu: QMenu, items: list[str], open_item: Callable[[str], object]) -> None:
+    """One action per item, newest first, each opening its item; the menu greyed out when empty."""
+    menu.clear()
+    for item in items:
+        action = menu.addAction(item)
+        action.triggered.connect(lambda _=False, i=item: open_item(i))
+    menu.setEnabled(bool(items))
+
+
+def _action(
+    window: QWidget, text: str, slot, shortcut: QKeySequence | str | None = None, tip: str = ""
+) -> QAction:  # noqa: ANN001
+    action = QAction(text, window)
+    if shortcut is not None:
+        action.setShortcut(QKeySequence(shortcut))
+    action.setStatusTip(tip)
+    action.triggered.connect(lambda _=False: slot())
+    window.addAction(action)
+    return action
+
+
+def build_menus(window: MainWindow) -> WindowActions:
+    """File, Session, View and Help menus with the shortcuts a Mac user expects (Ctrl is Cmd there)."""
+    bar = window.menuBar()
+    file_menu = bar.addMenu("&File")
+    open_model = _action(window, "&Open Model Folder…", window.open_model_dialog, "Ctrl+Shift+O")
+    file_menu.addAction(open_model)
+    recent_menu = file_menu.addMenu("Open &Recent")
+    file_menu.addSeparator()
+    files = window.session_files
+    open_session = _action(
+        window, "Open &Session…", files.open_dialog, OPEN_SHORTCUT, "Open a saved prefill: no new prefill"
+    )
+    save_session = _action(
+        window, "&Save Session…", files.save_dialog, SAVE_SHORTCUT, "Keep this prefill and view in a file"
+    )
+    file_menu.addAction(open_session)
+    recent_sessions = file_menu.addMenu("Open Recent Sessio&n")
+    file_menu.addAction(save_session)
+    file_menu.addSeparator()
+    open_results = _action(
+        window,
+        "Open Resul&ts…",
+        window.results_files.open_dialog,
+        OPEN_RESULTS_SHORTCUT,
+        "Show a prompt-set results file (kvlens sweep --prompts) on the frontier, with intervals",
+    )
+    file_menu.addAction(open_results)
+    recent_results = file_menu.addMenu("Open Recent Res&ults")
+    file_menu.addSeparator()
+    export_csv = _action(
+        window, "Export &CSV…", window.export_csv_dialog, "Ctrl+E", "Save the statistics table"
+    )
+    export_image = _action(
+        window, "Export &Image…", window.export_image_dialog, "Ctrl+Shift+E", "Save the heatmap as PNG or SVG"
+    )
+    file_menu.addAction(export_csv)
+    file_menu.addAction(export_image)
+    file_menu.addSeparator()
+    quit_action = _action(window, "&Quit", window.close, "Ctrl+Q")
+    quit_action.setMenuRole(QAction.MenuRole.QuitRole)
+    file_menu.addAction(quit_action)
+
+    session_menu = bar.addMenu("&Session")
+    prefill = _action(window, "&Prefill", window.prefill, "Ctrl+Return", "Prefill the prompt, then compress")
+    prefill.setShortcuts([QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")])
+    step = _action(
+        window, "&Step", window.step, "Right", "Generate one more token (→ when no editor has focus)"
+    )
+    generate = _action(
+        window, "&Generate N", window.generate, "Ctrl+G", "Generate the panel's count of tokens"
+    )
+    cancel = _action(window, "&Cancel", window.cancel, "Esc", "Stop the running job")
+    for action in (prefill, step, generate, cancel):
+        session_menu.addAction(action)
+
+    view_menu = bar.addMenu("&View")
+    for dock in (
+        window.sessionDock,
+        window.controlsDock,
+        window.metricsDock,
+        window.comparisonDock,
+        window.statsDock,
+        window.sweepDock,
+        window.needleDock,
+    ):
+        view_menu.addAction(dock.toggleViewAction())
+    view_menu.addSeparator()
+    view_menu.addAction(window.sweeping.show_action)
+    view_menu.addAction(window.needles.show_action)
+
+    help_menu = bar.addMenu("&Help")
+    about = _action(window, "&About KV Lens", lambda: _about(window))
+    about.setMenuRole(QAction.MenuRole.AboutRole)
+    help_menu.addAction(about)
+
+    actions = WindowActions(
+        open_model,
+        open_session,
+        save_session,
+        recent_sessions,
+        open_results,
+        recent_results,
+        recent_menu,
+        export_csv,
+        export_image,
+        quit_action,
+        prefill,
+        step,
+        generate,
+        cancel,
+        window,
+    )
+    actions.rebuild_recent(window.settings.recent_models)
+    actions.rebuild_recent_sessions(window.settings.recent_sessions)
+    actions.rebuild_recent_results(window.settings.recent_results)
+    return actions
+
+
+def _about(window: QWidget) -> None:
+    QMessageBox.about(
+        window,
+        "About KV Lens",
+        f"<b>KV Lens {__version__}</b><p>See which positions every layer and kv-head of an mlx-lm model keeps "
+        "under KV-cache compression, and what it costs in memory and quality.</p>",
+    )

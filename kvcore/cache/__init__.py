@@ -1,0 +1,1 @@
+"""Caches that keep a subset of positions per layer and kv-head, and their files."""

@@ -1,0 +1,1 @@
+"""The `kvlens` subcommands: argument parsing and printing only."""

@@ -1,0 +1,541 @@
+"""Headless subcommands on the same engine as the app (no Qt imported).
+
+  kvlens compress -p "TEXT" --method snapkv --ratio 0.25 --bits 4 [--csv S] [--positions P] [--json]
+  kvlens sweep --prompt-file F --methods snapkv,h2o --ratios 0.1,0.25,0.5 --bits 4,8,16 --csv out.csv
+               [--plot frontier.png --metric kl_mean]     (ratios may also be a range: 0.1:0.5:0.1)
+  kvlens probe --methods snapkv,streaming_llm --ratios 0.25,0.5 --depths 0.1,0.5,0.9 --lengths 800,1600 --csv p.csv
+
+The prompt comes from exactly one of `--prompt/-p TEXT`, `--prompt -` (standard input) or `--prompt-file F`;
+`--max-tokens` is an alias of `--tokens` (mlx-lm's spellings). The prompt goes through the tokenizer's chat
+template when it has one (`--no-chat-template` for the raw text; `--system-prompt` adds a system message).
+
+Bad input exits with status 2 and one line naming the problem; no partial output file is ever written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from kvcore.cli import probe as probe_cli
+from kvcore.defaults import (
+    ALLOWED_BITS,
+    DEFAULT_CONTINUATION_TOKENS,
+    DEFAULT_FP_RECENT,
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_KERNEL,
+    DEFAULT_METHOD,
+    DEFAULT_N_SINK,
+    DEFAULT_RATIO,
+    DEFAULT_SCHEDULE,
+    DEFAULT_SWEEP_BITS,
+    DEFAULT_SWEEP_METHODS,
+    DEFAULT_SWEEP_RATIOS,
+    DEFAULT_WINDOW,
+    SCHEDULE_HELP,
+    SCHEDULES,
+    UNQUANTIZED_BITS,
+)
+from kvcore.measure.export import STATS_COLUMNS, SWEEP_COLUMNS, write_csv, write_json
+from kvcore.measure.export import SUMMARY_COLUMNS as SUMMARY_COLUMNS  # noqa: F401 (re-exported: its old home)
+from kvcore.measure.frontier import DEFAULT_METRIC, METRICS
+from kvcore.resources import demo_model_dir
+
+_BITS_HELP = f"{', '.join(map(str, ALLOWED_BITS))} or {UNQUANTIZED_BITS} (unquantized)"
+
+
+class UsageError(ValueError):
+    """Bad input from the command line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad arguments as one line (the README's promise), with the fix where it can."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"kvlens: error: {message} (see '{self.prog} --help')\n")
+
+    def format_help(self) -> str:
+        """List the method names under --method / --methods (imported only for --help: it loads MLX)."""
+        if any(a.dest in ("method", "methods") for a in self._actions):
+            from kvcore.methods import available
+
+            self.epilog = f"methods: {', '.join(available())}"
+        return super().format_help()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kvlens", description="KV Lens headless engine.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in ("compress", "sweep", "probe"):
+        s = sub.add_parser(name)
+        s.add_argument(
+            "--model", default=str(demo_model_dir()), help="model folder or HF repo id (default: demo)"
+        )
+        if name == "probe":
+            _add_shared(s)
+            _add_prompt_set(s, s)
+            probe_cli.add_arguments(s)
+            continue
+        source = s.add_mutually_exclusive_group()
+        source.add_argument(
+            "--prompt", "-p", help="the prompt text ('\\n' and '\\t' read as in mlx-lm), or - for stdin"
+        )
+        source.add_argument("--prompt-file", type=Path, help="a UTF-8 file holding the prompt")
+        source.add_argument(
+            "--session",
+            type=Path,
+            help="a .kvlens session file (File ▸ Save Session…): its prefill, no new one",
+        )
+        if name == "sweep":
+            _add_prompt_set(s, source)
+        else:
+            _add_chat(s)
+        _add_shared(s)
+        s.add_argument(
+            "--tokens",
+            "--max-tokens",
+            dest="tokens",
+            type=int,
+            default=DEFAULT_CONTINUATION_TOKENS,
+            help=f"tokens to generate (default {DEFAULT_CONTINUATION_TOKENS})",
+        )
+        s.add_argument("--csv", type=Path, help="per-(layer, kv-head) statistics")
+        if name == "compress":
+            s.add_argument("--method", default=DEFAULT_METHOD)
+            s.add_argument("--ratio", type=float, default=DEFAULT_RATIO)
+            s.add_argument(
+                "--bits", type=int, default=UNQUANTIZED_BITS, help=f"keys and values: {_BITS_HELP}"
+            )
+            s.add_argument(
+                "--key-bits",
+                type=int,
+                help="the keys' width (overrides --bits for keys; 16 keeps them float)",
+            )
+            s.add_argument(
+                "--value-bits",
+                type=int,
+                help="the values' width (default: the keys'), e.g. --key-bits 8 --value-bits 4; "
+                "16 keeps them float (--key-bits 4 --value-bits 16, or --key-bits 16 --value-bits 4)",
+            )
+            s.add_argument("--positions", type=Path, help="kept positions as JSON")
+            s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
+        else:
+            s.add_argument("--methods", default=",".join(DEFAULT_SWEEP_METHODS))
+            s.add_argument(
+                "--ratios",
+                default=",".join(map(str, DEFAULT_SWEEP_RATIOS)),
+                help="a list (0.1,0.25) or start:stop:step",
+            )
+            s.add_argument(
+                "--bits",
+                default=",".join(map(str, DEFAULT_SWEEP_BITS)),
+                help="the keys' widths (and the values' unless --value-bits), comma-separated, e.g. 4,8,16",
+            )
+            s.add_argument(
+                "--value-bits",
+                default="",
+                help="the values' widths, comma-separated (default: each the keys'); e.g. --bits 8 --value-bits 4,8",
+            )
+            s.add_argument("--plot", type=Path, help="write the memory-quality frontier as PNG or SVG")
+            s.add_argument(
+                "--metric",
+                choices=[m for m in METRICS if m != "needle_recall"],
+                default=DEFAULT_METRIC,
+                help=f"the frontier plot's quality axis (default {DEFAULT_METRIC})",
+            )
+    return p
+
+
+def _add_chat(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--chat-template",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wrap the prompt in the tokenizer's chat template as a user message, as mlx_lm.generate does "
+        "(default: on when the tokenizer has one)",
+    )
+    s.add_argument("--system-prompt", help="a system message before the prompt (needs a chat template)")
+
+
+def _add_prompt_set(s: argparse.ArgumentParser, source: Any) -> None:
+    """--prompts (a folder or a .jsonl; kvcore.sets.prompt_sets), --resume, and the chat-template options."""
+    source.add_argument(
+        "--prompts",
+        type=Path,
+        help="a prompt set: a folder of .txt/.md/.py files or a .jsonl of {id, prompt, answer?} lines",
+    )
+    s.add_argument(
+        "--resume", action="store_true", help="with --prompts: keep the rows already in --csv, run the rest"
+    )
+    _add_chat(s)
+
+
+def _add_shared(s: argparse.ArgumentParser) -> None:
+    """Compression options every subcommand takes."""
+    s.add_argument("--group-size", type=int, default=DEFAULT_GROUP_SIZE)
+    s.add_argument("--shared", action="store_true", help="all kv-heads of a layer keep the same positions")
+    s.add_argument("--window", type=int, default=DEFAULT_WINDOW)
+    s.add_argument("--n-sink", type=int, default=DEFAULT_N_SINK)
+    s.add_argument("--kernel", type=int, default=DEFAULT_KERNEL)
+    s.add_argument(
+        "--fp-recent",
+        type=_positions_count,
+        default=DEFAULT_FP_RECENT,
+        metavar="R",
+        help="keep the kept sinks (--n-sink) and the last R prompt positions unquantized beside the packed rest, "
+        f"and generated tokens too (a KIVI-style float residual; no effect when nothing is packed; default {DEFAULT_FP_RECENT})",
+    )
+    s.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default=DEFAULT_SCHEDULE,
+        help="; ".join(f"{k}: {v}" for k, v in SCHEDULE_HELP.items()) + f" (default {DEFAULT_SCHEDULE})",
+    )
+
+
+def _positions_count(text: str) -> int:
+    """argparse type of --fp-recent: a whole number >= 0 (argparse turns the error into one line, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of positions (e.g. 64)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: give 0 (no residual) or more positions")
+    return value
+
+
+def _run_probe(args: argparse.Namespace) -> int:
+    """`kvlens probe`: every probe and configuration checked before the model loads."""
+    from kvcore.probes.run import PROBE_COLUMNS
+
+    if args.prompts is not None:
+        if args.control:
+            raise UsageError(
+                "--control deletes a generated probe's needle; a --prompts set has none: drop one"
+            )
+        return _run_set(args, None)
+    if args.csv is not None:
+        _check_output(args.csv)
+    try:
+        specs = probe_cli.plan(args, _split)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    methods = _split(args.methods, str, "methods")
+    ratios = _split(args.ratios, float, "ratios")
+    bits = _split(args.bits, int, "bits")
+    configs = [_config(args, m, r, b) for m, r, b in itertools.product(methods, ratios, bits)]
+
+    from kvcore.engine.session import Session
+
+    session = Session.load(args.model)
+    rows = probe_cli.run(session, specs, configs, control=args.control)
+    if args.csv is not None:
+        write_csv(args.csv, rows, PROBE_COLUMNS)
+    probe_cli.print_summary(rows)
+    return 0
+
+
+def _split(text: str, kind: type, name: str) -> list:
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"--{name} {text!r}: expected comma-separated {kind.__name__} values") from None
+    if not values:
+        raise UsageError(f"--{name} is empty")
+    return values
+
+
+def _prompt(args: argparse.Namespace) -> str:
+    """The prompt from the one source given: --prompt TEXT, --prompt - (stdin) or --prompt-file."""
+    if args.prompt_file is not None:
+        return _read_prompt(args.prompt_file)
+    if args.prompt is None:
+        raise UsageError(
+            "no prompt given: pass --prompt TEXT, --prompt - (read from stdin) or --prompt-file FILE"
+        )
+    if args.prompt == "-":
+        text = sys.stdin.read()
+        if not text.strip():
+            raise UsageError(
+                "--prompt -: standard input was empty; pipe a prompt in, e.g. echo hi | kvlens ..."
+            )
+        return text
+    if not args.prompt.strip():
+        raise UsageError("--prompt is empty: give the prompt text, e.g. --prompt 'def main():'")
+    return args.prompt.replace("\\n", "\n").replace("\\t", "\t")  # as mlx_lm.generate reads it
+
+
+def _read_prompt(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"prompt file {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"prompt file {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"prompt file {path} cannot be read: {exc.strerror}") from None
+    if not text.strip():
+        raise UsageError(f"prompt file {path} is empty: write a prompt into it")
+    return text
+
+
+def _check_output(path: Path | None) -> None:
+    """Refuse an output path before any work is done: a folder, a missing parent, an unwritable folder."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder; give a file name such as {path / 'out.csv'}")
+    parent = path.parent.resolve()
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {path}: folder {path.parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"cannot write {path}: folder {path.parent} is not writable; choose another folder")
+
+
+def _sweep_configs(args: argparse.Namespace, methods: list, ratios: Sequence[float]) -> list:
+    """methods × ratios × key widths × value widths (value width None: each the keys')."""
+    bits = _split(args.bits, int, "bits")
+    text = getattr(args, "value_bits", "")  # probe has no --value-bits
+    value_bits = _split(text, int, "value-bits") if text else [None]
+    grid = itertools.product(methods, ratios, bits, value_bits)
+    return [_config(args, m, r, b, v) for m, r, b, v in grid]
+
+
+def _config(
+    args: argparse.Namespace, method: str, ratio: float, bits: int, value_bits: int | None = None
+) -> Any:
+    from kvcore.engine.session import CompressionConfig
+
+    if bits != UNQUANTIZED_BITS and bits not in ALLOWED_BITS:
+        raise UsageError(f"--bits/--key-bits {bits}: allowed are {_BITS_HELP}")
+    if value_bits is not None and value_bits != UNQUANTIZED_BITS and value_bits not in ALLOWED_BITS:
+        raise UsageError(f"--value-bits {value_bits}: allowed are {_BITS_HELP}")
+    return CompressionConfig(
+        method=method,
+        ratio=ratio,
+        bits=None if bits == UNQUANTIZED_BITS else bits,
+        value_bits=value_bits,
+        group_size=args.group_size,
+        per_head=not args.shared,
+        window=args.window,
+        n_sink=args.n_sink,
+        kernel=args.kernel,
+        schedule=args.schedule,
+        fp_recent=args.fp_recent,
+    )
+
+
+#: Draws a sweep's frontier to a PNG/SVG path: (points, path, metric key). The `kvlens` entry point passes the
+#: app's Qt writer (app.frontier_export), so kvcore never imports Qt and the file shows what the app shows.
+PlotWriter = Callable[[Sequence[Any], Path, str], None]
+
+
+def _configs(args: argparse.Namespace) -> list:
+    """The grid of --methods × --ratios × --bits (sweep: ratios may be a range)."""
+    from kvcore.engine.sweep import parse_ratios
+
+    methods = _split(args.methods, str, "methods")
+    try:
+        ratios = parse_ratios(args.ratios)
+    except ValueError as exc:
+        raise UsageError(f"--ratios: {exc}") from None
+    return _sweep_configs(args, methods, ratios)
+
+
+def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
+    """`--prompts`: a prompt set, on this process or across the ranks of `mlx.launch` (kvcore.cli.prompt_sets)."""
+    from kvcore.cli import prompt_sets as set_cli
+
+    if getattr(args, "plot", None) is not None:
+        from kvcore.sets.results_file import FRONTIER_KEYS
+
+        _check_plot(args.plot, plot_writer)
+        if args.metric not in FRONTIER_KEYS.values():
+            raise UsageError(
+                f"--metric {args.metric}: a prompt-set summary has no {args.metric}; choose one of "
+                f"{', '.join(k for k in FRONTIER_KEYS.values() if k != 'needle_recall')}"
+            )
+    if args.resume and args.csv is None:
+        raise UsageError("--resume needs --csv: the file whose rows are kept")
+    if args.system_prompt is not None and not args.chat_template:
+        raise UsageError(
+            "--system-prompt needs the chat template: drop --no-chat-template or --system-prompt"
+        )
+    if getattr(args, "tokens", 1) < 1:
+        raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
+    configs = _configs(args)
+    keys = [(c.method, c.ratio, c.bits, c.value_bits, c.fp_recent) for c in configs]
+    if len(set(keys)) != len(keys):
+        raise UsageError("a configuration appears twice: list each method, ratio and bits once")
+    mode = set_cli.probe_mode(args, configs) if args.command == "probe" else set_cli.sweep_mode(args, configs)
+
+    def check(session: Any, rank: int) -> None:
+        from kvcore.engine.sweep import check_group_size
+
+        if rank == 0:  # rank 0 alone writes: another machine need not have the folder
+            _check_output(args.csv)
+        for cfg in configs:  # the model's own refusals (sinks, latent attention) before the group size
+            session.check_config(cfg)
+        check_group_size(configs, session.info.head_dim, session.info.value_dim)
+        if args.system_prompt is not None and not session.has_chat_template:
+            raise UsageError(f"--system-prompt: the tokenizer of {session.info.name} has no chat template")
+
+    return set_cli.run(args, mode, check, plot_writer)
+
+
+def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
+    if getattr(args, "prompts", None) is not None:
+        return _run_set(args, plot_writer)
+    prompt = None if args.session is not None else _prompt(args)
+    if args.system_prompt is not None and not args.chat_template:
+        raise UsageError(
+            "--system-prompt needs the chat template: drop --no-chat-template or --system-prompt"
+        )
+    for out in (args.csv, getattr(args, "positions", None)):
+        _check_output(out)
+    if getattr(args, "plot", None) is not None:
+        _check_plot(args.plot, plot_writer)
+    if args.command == "compress":
+        key_bits = args.bits if args.key_bits is None else args.key_bits
+        configs = [_config(args, args.method, args.ratio, key_bits, args.value_bits)]
+    else:
+        configs = _configs(args)
+    if args.tokens < 1:
+        raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
+
+    from kvcore.engine.session import Session
+    from kvcore.engine.sweep import check_group_size
+
+    session = Session.load(_session_model(args))
+    for cfg in configs:  # every refusal (attention sinks, latent attention, group size) before the prefill
+        session.check_config(cfg)
+    try:
+        check_group_size(configs, session.info.head_dim, session.info.value_dim)
+    except ValueError as exc:
+        raise UsageError(f"--group-size: {exc}") from None
+    if args.system_prompt is not None and not session.has_chat_template:
+        raise UsageError(
+            f"--system-prompt: the tokenizer of {session.info.name} has no chat template to put it in; "
+            "drop --system-prompt"
+        )
+    if args.session is not None:
+        from kvcore.engine.session_file import open_session
+
+        open_session(args.session, session)  # no forward pass; the saved continuation is the reference
+    else:
+        session.prefill(
+            prompt, n_tokens=args.tokens, chat_template=args.chat_template, system_prompt=args.system_prompt
+        )
+    if args.command == "compress":
+        return _compress(args, session, configs[0])
+    return _sweep(args, session, configs, plot_writer)
+
+
+def _check_plot(path: Path, plot_writer: PlotWriter | None) -> None:
+    """--plot: a writable .png or .svg, and the Qt writer of the `kvlens` entry point to draw it."""
+    _check_output(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise UsageError(f"--plot {path}: write a .png or .svg file")
+    if plot_writer is None:
+        raise UsageError("--plot draws with Qt: run it as 'kvlens sweep …' (python -m app sweep …)")
+
+
+def _session_model(args: argparse.Namespace) -> str:
+    """--model, or with --session and the default --model, the model the session was saved with."""
+    if args.session is None or args.model != str(demo_model_dir()):
+        return args.model
+    from kvcore.engine.session_file import read_model
+
+    return read_model(args.session)["spec"]
+
+
+def _sweep(args: argparse.Namespace, session: Any, configs: list, plot_writer: PlotWriter | None) -> int:
+    from kvcore.engine.sweep import run_sweep
+
+    points = list(
+        run_sweep(session, configs, on_progress=lambda done, total, p: _progress(done, total, p.config))
+    )
+    sys.stderr.write("\n")
+    rows = [row for p in points for row in p.csv_rows()]
+    if args.csv is not None:
+        write_csv(args.csv, rows, SWEEP_COLUMNS)
+    if args.plot is not None and plot_writer is not None:
+        plot_writer(points, args.plot, args.metric)
+    written = [str(p) for p in (args.csv, args.plot) if p is not None]
+    print(
+        f"{len(configs)} configurations; {len(rows)} rows"
+        + (f" written to {', '.join(written)}" if written else "")
+    )
+    return 0
+
+
+def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
+    from kvcore.engine.sweep import summary_row
+
+    state = session.compress(cfg)
+    if state.budget_note:
+        print(f"kvlens: note: {state.budget_note}", file=sys.stderr)
+    regen = session.regenerate(state)
+    summary = {**summary_row(regen.metrics), "budget_note": state.budget_note}
+    if args.csv is not None:
+        write_csv(args.csv, state.stats_rows, STATS_COLUMNS)
+    if args.positions is not None:
+        write_json(
+            args.positions,
+            {
+                "model": session.info.path,
+                "prompt_tokens": session.prompt_ids,
+                "chat_template": session.chat_template_applied,
+                **cfg.describe(),
+                "layers": [
+                    {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
+                ],
+            },
+        )
+    if args.json:
+        print(json.dumps({**cfg.describe(), **summary}))
+    else:
+        _print_human(session, summary, regen.tokens)
+    return 0
+
+
+def _progress(done: int, total: int, cfg: Any) -> None:
+    width = 30
+    filled = int(width * done / total)
+    key_bits, value_bits = cfg.widths
+    bits = f"{key_bits}" if key_bits == value_bits else f"{key_bits}/{value_bits}"
+    bits += f" fp{cfg.fp_recent}" if cfg.fp_recent else ""
+    sys.stderr.write(
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {cfg.method} r={cfg.ratio:g} bits={bits}  "
+    )
+    sys.stderr.flush()
+
+
+def _print_human(session: Any, summary: dict, tokens: list[int]) -> None:
+    dense = session.tokenizer.decode(session.dense_tokens)
+    comp = session.tokenizer.decode(tokens)
+    print(f"dense:      {dense!r}")
+    print(f"compressed: {comp!r}")
+    for k, v in summary.items():
+        print(f"{k:>24}: {v:.4g}" if isinstance(v, float) else f"{k:>24}: {v}")
+
+
+def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
+    """Entry point for `kvlens <subcommand>`; returns the exit status. `plot_writer` draws `sweep --plot`."""
+    from kvcore.model.loading import ModelLoadError
+
+    args = _parser().parse_args(argv)
+    try:
+        return _run_probe(args) if args.command == "probe" else _run(args, plot_writer)
+    except (UsageError, ModelLoadError, ValueError) as exc:
+        print(f"kvlens: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kvlens: interrupted", file=sys.stderr)
+        return 130

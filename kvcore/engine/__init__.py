@@ -1,0 +1,1 @@
+"""A model session: prefill once, compress and regenerate, sweep, save and open."""

@@ -1,0 +1,1 @@
+"""Quality metrics against the dense cache, the memory-quality frontier, CSV/JSON export."""

@@ -1,0 +1,1 @@
+"""The model: loading, pre-prefill checks, prompting, and the attention kvcore installs."""

@@ -1,0 +1,1 @@
+"""How kept positions are stored: packed quantization schemes and the float residual."""

@@ -1,0 +1,158 @@
+"""Run a prompt set over configurations on one or several ranks, and keep the results file whole at every step.
+
+Work is (prompt, configuration) pairs; a *job* is one prompt with the configurations it still needs (one prefill,
+then recompress + regenerate each). Jobs are sharded deterministically, balanced by token count (longest first
+onto the least-loaded rank), so every rank computes the same plan with no message. Ranks then go in lock-step
+rounds — each runs its next job, then all gather the encoded rows (JSON of CSV cells) — so rank 0, which alone
+writes, can rewrite the file after every round: an interrupted run keeps all finished rounds for `--resume`.
+A job that raises is reported by prompt id; its finished configurations are kept and the other jobs go on.
+
+Rows travel and are stored as the text cells of the CSV, and the file is always written in (prompt, configuration)
+order, so a single-process, a distributed and a resumed run of the same work write the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvcore.atomic import write_text
+from kvcore.measure.export import ADDED_COLUMNS, RENAMED_COLUMNS, csv_text
+from kvcore.sets.ranks import Ranks
+
+#: Rows of one (prompt, configuration) pair: each a list of CSV cells as text.
+Records = list[list[str]]
+#: What a job yields: (configuration index, its encoded rows) as each configuration finishes.
+Evaluate = Callable[["Job"], Iterator[tuple[int, Records]]]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One prompt (index into the set) and the configuration indices it still has to run."""
+
+    prompt: int
+    configs: tuple[int, ...]
+    weight: int = 1  # prompt tokens × (configurations + 1): the prefill plus one decode per configuration
+
+
+@dataclass
+class SetResults:
+    """Finished rows by (prompt, configuration) and failures by prompt, merged from every rank."""
+
+    rows: dict[tuple[int, int], Records] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)
+
+    def records(self) -> Records:
+        """Every row in (prompt, configuration) order: the file's order whatever order the work finished in."""
+        return [r for key in sorted(self.rows) for r in self.rows[key]]
+
+
+def encode_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Records:
+    """Rows as the CSV's text cells (what `csv_text` writes, read back): the form rows are stored and sent in."""
+    return list(csv.reader(io.StringIO(csv_text(rows, columns), newline="")))[1:]
+
+
+def records_text(columns: Sequence[str], records: Records) -> str:
+    """The CSV text of `records` under the header `csv_text` writes (cells written as they are)."""
+    buf = io.StringIO()
+    buf.write(csv_text([], columns))
+    csv.writer(buf, lineterminator="\n").writerows(records)
+    return buf.getvalue()
+
+
+def write_records(path: Path, columns: Sequence[str], records: Records) -> None:
+    """Write the results file atomically (a kill mid-write leaves the previous round's file)."""
+    write_text(path, records_text(columns, records))
+
+
+def read_records(path: Path, columns: Sequence[str]) -> Records:
+    """Rows of an earlier run's file for `--resume` (none when it does not exist); ValueError if its header
+    differs from this run's columns."""
+    if not path.exists():
+        return []
+    with open(path, encoding="utf-8", newline="") as f:
+        records = list(csv.reader(f))
+    if not records:
+        return []
+    header = records[0]
+    if header == list(columns):
+        return records[1:]
+    upgrade = _upgrade(header, columns)
+    if upgrade is None:
+        raise ValueError(
+            f"--resume: {path} was not written by this kind of run (its columns differ); "
+            "give a new --csv or the matching command"
+        )
+    return [upgrade(r) for r in records[1:]]
+
+
+def _upgrade(header: list[str], columns: Sequence[str]) -> Callable[[list[str]], list[str]] | None:
+    """Rows of a file an earlier release wrote (a column since renamed, `bits` -> `key_bits`, or one it did not
+    have) as this release's cells, or None when the header is not such a file."""
+    where = {c: header.index(c) for c in header}
+    sources = []
+    for c in columns:
+        old = RENAMED_COLUMNS.get(c)
+        if c in where:
+            sources.append(where[c])
+        elif old in where:
+            sources.append(where[old])
+        elif c in ADDED_COLUMNS:
+            sources.append(ADDED_COLUMNS[c])
+        else:
+            return None
+    if len(header) != sum(isinstance(s, int) for s in sources):
+        return None
+    return lambda r: [r[s] if isinstance(s, int) else s for s in sources]
+
+
+def balanced_shards(jobs: Sequence[Job], size: int) -> list[list[Job]]:
+    """Jobs per rank: heaviest first onto the least-loaded rank (ties: lower prompt, lower rank), each rank's
+    list in prompt order. Deterministic, so every rank computes the same plan."""
+    loads = [0] * size
+    shards: list[list[Job]] = [[] for _ in range(size)]
+    for job in sorted(jobs, key=lambda j: (-j.weight, j.prompt)):
+        rank = min(range(size), key=lambda r: (loads[r], r))
+        shards[rank].append(job)
+        loads[rank] += job.weight
+    return [sorted(s, key=lambda j: j.prompt) for s in shards]
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    evaluate: Evaluate,
+    ranks: Ranks,
+    results: SetResults,
+    describe: Callable[[int], str],
+    on_round: Callable[[SetResults], None] | None = None,
+) -> SetResults:
+    """Run this rank's shard in lock-step rounds, merging every rank's rows into `results` after each round.
+
+    `describe(prompt)` names a prompt in an error. `on_round` (rank 0 writes the file there) runs after every
+    round on every rank, with the merged results so far.
+    """
+    shards = balanced_shards(jobs, ranks.size)
+    mine = shards[ranks.rank]
+    for r in range(max((len(s) for s in shards), default=0)):
+        payload: dict[str, Any] = {"rows": [], "errors": []}
+        if r < len(mine):
+            job = mine[r]
+            try:
+                for config, records in evaluate(job):
+                    payload["rows"].append([job.prompt, config, records])
+            except Exception as exc:  # a bad prompt or an out-of-memory: named, the other jobs go on
+                payload["errors"].append([job.prompt, f"prompt {describe(job.prompt)}: {exc}"])
+        for part in ranks.gather(json.dumps(payload, ensure_ascii=False).encode("utf-8")):
+            got = json.loads(part.decode("utf-8"))
+            for prompt, config, records in got["rows"]:
+                results.rows[prompt, config] = records
+            for prompt, message in got["errors"]:
+                results.errors[prompt] = message
+        if on_round is not None:
+            on_round(results)
+    return results

@@ -1,0 +1,72 @@
+"""Per-configuration summary of a prompt-set run: mean and a seeded percentile-bootstrap interval over prompts.
+
+It reads the rows as the results CSV holds them (text cells), so a fresh, a resumed and a distributed run of the
+same work summarise the same bytes to the same numbers. Each (configuration, metric) resamples with a generator
+seeded afresh, so one configuration's interval does not depend on which others ran.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from kvcore.defaults import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE
+from kvcore.measure.export import CONFIG_COLUMNS, SET_METRICS
+
+
+def bootstrap_interval(
+    values: Sequence[float],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float, float]:
+    """(mean, low, high): the mean and the central `confidence` percentile interval of resampled means.
+
+    Non-finite values are dropped; none left gives NaNs, one value an interval of zero width.
+    """
+    v = np.array([x for x in values if math.isfinite(x)], dtype=np.float64)
+    if v.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(v.mean())
+    if v.size == 1:
+        return mean, mean, mean
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(resamples, v.size))].mean(axis=1)
+    tail = (1.0 - confidence) / 2
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    return mean, float(low), float(high)
+
+
+def _number(cell: Any) -> float | None:
+    if cell is None or cell == "":
+        return None
+    try:
+        return float(cell)
+    except (TypeError, ValueError):
+        return None
+
+
+def summary_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row of SET_SUMMARY_COLUMNS per configuration, in order of first appearance.
+
+    A prompt's value for a configuration is taken once (a sweep repeats it on every (layer, kv-head) row).
+    """
+    groups: dict[tuple, dict[str, Mapping[str, Any]]] = {}
+    for row in rows:
+        key = tuple(row.get(c, "") for c in CONFIG_COLUMNS)
+        groups.setdefault(key, {}).setdefault(str(row["prompt"]), row)
+    out = []
+    for key, per_prompt in groups.items():
+        summary: dict[str, Any] = dict(zip(CONFIG_COLUMNS, key, strict=True))
+        summary["prompts"] = len(per_prompt)
+        for name, column in SET_METRICS.items():
+            values = [_number(r.get(column)) for r in per_prompt.values()]
+            present = [v for v in values if v is not None]
+            stats = bootstrap_interval(present) if present else (None, None, None)
+            for part, value in zip(("mean", "low", "high"), stats, strict=True):
+                summary[f"{name}_{part}"] = None if value is None or math.isnan(value) else value
+        out.append(summary)
+    return out
