@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UNAME := $(shell uname -s)
 
-.PHONY: run test lint format bench screenshot blas clean
+.PHONY: run test eval lint format bench screenshot blas clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ test: $(STAMP) blas
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
+
+# The long demo-model evaluations in full (minutes); `make test` keeps a fixed subset of each.
+eval: $(STAMP) blas
+	$(BIN)/python -m pytest -q -m eval
 
 bench: $(STAMP) blas
 	$(BIN)/python -m benchmarks.run_all

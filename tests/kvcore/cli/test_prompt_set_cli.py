@@ -15,7 +15,7 @@ from kvcore.cli.main import main
 from kvcore.cli.prompt_sets import summary_paths
 from kvcore.measure.export import ADDED_COLUMNS, PROMPT_SWEEP_COLUMNS, RENAMED_COLUMNS, SET_SUMMARY_COLUMNS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CODE = "def area(width, height):\n    return width * height\nThe quick brown fox jumps over the lazy dog.\n"
 GRID = ["--methods", "snapkv,streaming_llm", "--ratios", "0.25,0.5", "--tokens", "4"]
 N_ROWS_PER_PAIR = 4 * 2  # the llama test model: 4 layers × 2 kv-heads
