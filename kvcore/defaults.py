@@ -48,6 +48,10 @@ DEFAULT_WINDOW = 64
 DEFAULT_N_SINK = 4
 DEFAULT_KERNEL = 5
 DEFAULT_SEED = 0
+#: pyramidkv's steepness: the top layer keeps 1/beta of the mean budget (the authors' 20).
+PYRAMIDKV_BETA = 20
+#: adakv's safeguard: the share of the mean budget every head keeps (the paper's 0.2).
+ADAKV_ALPHA = 0.2
 #: The same as the config dict the GUI's controls emit (a `CompressionConfig` less its seed).
 DEFAULT_CONFIG: dict[str, object] = {
     "method": DEFAULT_METHOD,
@@ -61,6 +65,7 @@ DEFAULT_CONFIG: dict[str, object] = {
     "n_sink": DEFAULT_N_SINK,
     "kernel": DEFAULT_KERNEL,
     "schedule": DEFAULT_SCHEDULE,
+    "params": {},  # the method's parameters other than window, n_sink and kernel (snapkv has none)
 }
 #: Tokens of the dense greedy continuation a prefill computes (GUI and CLI).
 DEFAULT_CONTINUATION_TOKENS = 32

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -25,3 +26,50 @@ def loaded_models(model_dirs):
     import mlx_lm
 
     return {arch: mlx_lm.load(str(path)) for arch, path in model_dirs.items()}
+
+
+@pytest.fixture
+def method_folder(tmp_path, monkeypatch):
+    """A folder on kvcore.methods' package path: a method file written there is a module of the package, as a
+    new file in kvcore/methods/ would be. Discovery is cleared before and after, so no other test sees it."""
+    from kvcore import methods
+
+    folder = tmp_path / "more_methods"
+    folder.mkdir()
+    monkeypatch.setattr(methods, "__path__", [*methods.__path__, str(folder)])
+    methods._classes.cache_clear()
+    methods.available.cache_clear()
+    yield folder
+    monkeypatch.undo()
+    for name in [
+        m for m in sys.modules if m.startswith("kvcore.methods.") and m.rsplit(".", 1)[1] in _stems(folder)
+    ]:
+        del sys.modules[name]
+    methods._classes.cache_clear()
+    methods.available.cache_clear()
+
+
+def _stems(folder) -> set[str]:
+    return {p.stem for p in folder.glob("*.py")}
+
+
+#: A method with a parameter no built-in method has: keep every stride-th position (and the last ones).
+STRIDED_METHOD = """
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from kvcore.methods.base import Method, param
+
+
+@dataclass(frozen=True)
+class Strided(Method):
+    name = "strided"
+    description = "Every stride-th position"
+
+    stride: int = param(3, "keep every stride-th position", minimum=1)
+
+    def scores(self, obs, layer):
+        on_stride = (mx.arange(obs.n_tokens) % self.stride == 0).astype(mx.float32)
+        return mx.broadcast_to(on_stride, (obs.n_kv_heads, obs.n_tokens))
+"""

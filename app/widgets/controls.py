@@ -1,4 +1,8 @@
-"""Compression controls: method, retention ratio, quantization and method parameters as one config dict."""
+"""Compression controls: method, retention ratio, quantization and method parameters as one config dict.
+
+The method list, the parameter rows and which choices a method fixes come from the methods' declarations
+(`kvcore.methods`), so a new method file shows up here with its own widgets.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.widgets.method_params import MethodParameters
 from kvcore.defaults import (
     ALLOWED_BITS,
     ALLOWED_GROUP_SIZES,
@@ -25,34 +30,14 @@ from kvcore.defaults import (
     SCHEDULES,
     UNQUANTIZED_BITS,
 )
+from kvcore.methods import Method, available, describe
+from kvcore.methods import get as get_method
 
-DEFAULT_METHODS = [
-    "full",
-    "streaming_llm",
-    "snapkv",
-    "h2o",
-    "tova",
-    "knorm",
-    "random",
-    "pyramidkv",
-    "adakv",
-    "expected_attention",
-    "adakv-expected_attention",
-]
 BITS_STEPS = (*ALLOWED_BITS, UNQUANTIZED_BITS)
-#: Methods that fix the per-head choice: (per_head, why the box is greyed). adakv refuses shared selection.
-_PER_HEAD_FORCED = {
-    "tova": (False, "tova keeps the same positions in every kv-head"),
-    "adakv": (True, "adakv spreads each layer's budget over its kv-heads, so every head selects its own"),
-}
 GROUP_SIZES = ALLOWED_GROUP_SIZES
 DEFAULTS: dict[str, Any] = dict(DEFAULT_CONFIG)
-# Which method parameter each method reads; the others are disabled with a tooltip.
-_USES = {
-    "window": {"snapkv", "pyramidkv", "adakv"},
-    "kernel": {"snapkv", "pyramidkv", "adakv"},
-    "n_sink": {"streaming_llm", "expected_attention", "adakv-expected_attention"},
-}
+#: Method parameters that are fields of the config dict itself (the rest travel in its "params").
+_TOP_LEVEL = ("window", "n_sink", "kernel")
 _DISABLED_ITEM = Qt.ItemFlag.NoItemFlags
 _ENABLED_ITEM = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
 _FLAGS_ROLE = Qt.ItemDataRole.UserRole - 1  # where QStandardItemModel keeps an item's flags
@@ -68,12 +53,15 @@ class CompressionControls(QWidget):
         self.setObjectName("compressionControls")
         self._head_dim: int | None = None
         self._value_dim: int | None = None
-        self._build_ui(methods or DEFAULT_METHODS)
+        self._per_head_choice = bool(DEFAULTS["per_head"])  # the user's, kept while a method forces the box
+        self._build_ui(methods or list(available()))
         self.set_config(DEFAULTS)
 
     def _build_ui(self, methods: list[str]) -> None:
         self.methodCombo = QComboBox(objectName="methodCombo")
         self.methodCombo.addItems(methods)
+        for i, name in enumerate(methods):
+            self.methodCombo.setItemData(i, describe(name), Qt.ItemDataRole.ToolTipRole)
         self.methodCombo.setToolTip("Which positions each kv-head keeps")
 
         self.retentionSlider = QSlider(Qt.Orientation.Horizontal, objectName="retentionSlider")
@@ -123,12 +111,8 @@ class CompressionControls(QWidget):
         self.perHeadCheck = QCheckBox("Per-head selection", objectName="perHeadCheck")
         self.perHeadCheck.setToolTip("Each kv-head keeps its own positions (off: all heads share one set)")
 
-        self.windowSpin = self._spin(
-            "windowSpin", 1, 4096, "Observation window: the last prompt queries that vote"
-        )
-        self.sinkSpin = self._spin("sinkSpin", 0, 1024, "Attention sinks: first positions always kept")
-        self.kernelSpin = self._spin("kernelSpin", 1, 63, "Pooling kernel over the window's scores")
-        self.kernelSpin.setSingleStep(2)
+        self.methodParameters = MethodParameters()
+        self.methodParameters.set_values({name: DEFAULTS[name] for name in _TOP_LEVEL})
         self.scheduleCombo = QComboBox(objectName="scheduleCombo")
         for i, name in enumerate(SCHEDULES):
             self.scheduleCombo.addItem(name, name)
@@ -153,23 +137,22 @@ class CompressionControls(QWidget):
         self._form = form
         form.addRow("Group size", self.groupSizeCombo)
         form.addRow("", self.perHeadCheck)
-        form.addRow("Window", self.windowSpin)
-        form.addRow("Sinks", self.sinkSpin)
-        form.addRow("Kernel", self.kernelSpin)
+        form.addRow("Parameters", self.methodParameters)
         form.addRow("Schedule", self.scheduleCombo)
         form.addRow("", self.autoRegenerateCheck)
         form.addRow("", self.budgetNoteLabel)
 
-        self.methodCombo.currentIndexChanged.connect(self._changed)
+        self.methodCombo.currentIndexChanged.connect(self._method_changed)
         self.retentionSlider.valueChanged.connect(self._changed)
         self.bitsSlider.valueChanged.connect(self._changed)
         self.splitBitsCheck.toggled.connect(self._changed)
         self.valueBitsSlider.valueChanged.connect(self._changed)
         self.groupSizeCombo.currentIndexChanged.connect(self._changed)
-        self.perHeadCheck.toggled.connect(self._changed)
+        self.perHeadCheck.toggled.connect(self._per_head_toggled)
         self.scheduleCombo.currentIndexChanged.connect(self._changed)
-        for spin in (self.windowSpin, self.sinkSpin, self.kernelSpin, self.fpRecentSpin):
-            spin.valueChanged.connect(self._changed)
+        self.fpRecentSpin.valueChanged.connect(self._changed)
+        self.methodParameters.changed.connect(self._changed)
+        self._show_method_parameters()
 
     @staticmethod
     def _spin(name: str, lo: int, hi: int, tip: str) -> QSpinBox:
@@ -192,8 +175,10 @@ class CompressionControls(QWidget):
     def config(self) -> dict[str, Any]:
         """{method, ratio (0.01-1.0), bits (int, None = unquantized keys), value_bits (None = the keys' width,
         16 = unquantized values), fp_recent (0 when nothing is packed),
-        group_size, per_head, window, n_sink, kernel, schedule}."""
+        group_size, per_head, window, n_sink, kernel, schedule, params (the method's other parameters)}."""
         bits = BITS_STEPS[self.bitsSlider.value()]
+        values = self.methodParameters.values()
+        declared = [p.name for p in self.method().parameters()]
         return {
             "method": self.methodCombo.currentText(),
             "ratio": self.retentionSlider.value() / 100.0,
@@ -202,10 +187,11 @@ class CompressionControls(QWidget):
             "fp_recent": self.fpRecentSpin.value() if self.quantized() else 0,
             "group_size": int(self.groupSizeCombo.currentData()),
             "per_head": self.perHeadCheck.isChecked(),
-            "window": self.windowSpin.value(),
-            "n_sink": self.sinkSpin.value(),
-            "kernel": self.kernelSpin.value(),
+            "window": values["window"],
+            "n_sink": values["n_sink"],
+            "kernel": values["kernel"],
             "schedule": self.scheduleCombo.currentData(),
+            "params": {name: values[name] for name in declared if name not in _TOP_LEVEL},
         }
 
     def set_config(self, config: dict[str, Any]) -> None:
@@ -218,9 +204,6 @@ class CompressionControls(QWidget):
             self.valueBitsSlider,
             self.groupSizeCombo,
             self.perHeadCheck,
-            self.windowSpin,
-            self.sinkSpin,
-            self.kernelSpin,
             self.fpRecentSpin,
             self.scheduleCombo,
         )
@@ -229,6 +212,7 @@ class CompressionControls(QWidget):
         try:
             if "method" in config and self.methodCombo.findText(config["method"]) >= 0:
                 self.methodCombo.setCurrentIndex(self.methodCombo.findText(config["method"]))
+                self._show_method_parameters()
             if "ratio" in config:
                 self.retentionSlider.setValue(round(float(config["ratio"]) * 100))
             if "bits" in config:
@@ -257,19 +241,20 @@ class CompressionControls(QWidget):
                     )
                 self.scheduleCombo.setCurrentIndex(index)
             if "per_head" in config:
-                self.perHeadCheck.setChecked(bool(config["per_head"]))
-            for key, spin in (
-                ("window", self.windowSpin),
-                ("n_sink", self.sinkSpin),
-                ("kernel", self.kernelSpin),
-                ("fp_recent", self.fpRecentSpin),
-            ):
-                if key in config:
-                    spin.setValue(int(config[key]))
+                self._per_head_choice = bool(config["per_head"])
+                self.perHeadCheck.setChecked(self._per_head_choice)
+            if "fp_recent" in config:
+                self.fpRecentSpin.setValue(int(config["fp_recent"]))
+            values = {k: int(config[k]) for k in _TOP_LEVEL if k in config}
+            self.methodParameters.set_values({**values, **dict(config.get("params") or {})})
         finally:
             for w in widgets:
                 w.blockSignals(False)
         self._changed()
+
+    def method(self) -> Method:
+        """The selected method, as declared (its parameters at their defaults)."""
+        return get_method(self.methodCombo.currentText())
 
     def quantized(self) -> bool:
         """Whether the current choice packs keys or values (or both)."""
@@ -292,6 +277,17 @@ class CompressionControls(QWidget):
         return self.autoRegenerateCheck.isChecked()
 
     # -- internals --------------------------------------------------------------------------------
+
+    def _method_changed(self) -> None:
+        self._show_method_parameters()
+        self._changed()
+
+    def _show_method_parameters(self) -> None:
+        self.methodParameters.show_parameters(self.method().parameters())
+
+    def _per_head_toggled(self, checked: bool) -> None:
+        self._per_head_choice = checked
+        self._changed()
 
     def _changed(self) -> None:
         self._update_validity()
@@ -316,18 +312,15 @@ class CompressionControls(QWidget):
 
     def _update_validity(self) -> None:
         """Grey out what the current choice makes meaningless or invalid, and say why."""
-        method = self.methodCombo.currentText()
-        full = method == "full"
-        self._enable(self.retentionSlider, not full, "full keeps every position")
-        forced = _PER_HEAD_FORCED.get("adakv" if method.startswith("adakv") else method)
+        method = self.method()
+        self._enable(self.retentionSlider, not method.keeps_everything, f"{method.name} keeps every position")
+        forced = _forced_per_head(method)
         self._enable(self.perHeadCheck, forced is None, forced[1] if forced else "")
-        if forced is not None and self.perHeadCheck.isChecked() != forced[0]:
+        wanted = self._per_head_choice if forced is None else forced[0]
+        if self.perHeadCheck.isChecked() != wanted:
             self.perHeadCheck.blockSignals(True)
-            self.perHeadCheck.setChecked(forced[0])
+            self.perHeadCheck.setChecked(wanted)
             self.perHeadCheck.blockSignals(False)
-        self._enable(self.windowSpin, method in _USES["window"], f"{method} has no observation window")
-        self._enable(self.kernelSpin, method in _USES["kernel"], f"{method} does no pooling")
-        self._enable(self.sinkSpin, method in _USES["n_sink"], f"{method} keeps no sink positions")
 
         self._enable(self.groupSizeCombo, self.quantized(), "No quantization at 16 bits")
         self._enable(self.fpRecentSpin, self.quantized(), "No quantization at 16 bits: everything is float")
@@ -364,3 +357,15 @@ class CompressionControls(QWidget):
             widget.setProperty("baseToolTip", tip)
         widget.setEnabled(enabled)
         widget.setToolTip(tip if enabled else reason)  # another disabling method brings its own reason
+
+
+def _forced_per_head(method: Method) -> tuple[bool, str] | None:
+    """(per_head, why the box is greyed) for a method that fixes the choice, from its declaration; else None."""
+    if method.spreads_over_heads:
+        return (
+            True,
+            f"{method.name} spreads each layer's budget over its kv-heads, so every head selects its own",
+        )
+    if method.shared_across_heads:
+        return False, f"{method.name} keeps the same positions in every kv-head"
+    return None

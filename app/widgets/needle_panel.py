@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.widgets.controls import DEFAULT_METHODS
 from app.widgets.method_list import MethodChecklist, RunPanel
 from app.widgets.needle_grid import NeedleGridView
 from kvcore.defaults import (
@@ -22,6 +21,7 @@ from kvcore.defaults import (
     DEFAULT_PROBE_RATIOS,
     UNQUANTIZED_BITS,
 )
+from kvcore.methods import available
 from kvcore.probes import FAMILIES, HELDOUT_FAMILIES
 
 
@@ -50,7 +50,7 @@ class NeedlePanel(RunPanel):
         )
         self.lengthsEdit = QLineEdit(_csv(DEFAULT_PROBE_LENGTHS), objectName="needleLengthsEdit")
         self.lengthsEdit.setToolTip("Prompt lengths in tokens (at least 64)")
-        self.methodsList = MethodChecklist(DEFAULT_METHODS, DEFAULT_PROBE_METHODS, "needleMethodsList")
+        self.methodsList = MethodChecklist(list(available()), DEFAULT_PROBE_METHODS, "needleMethodsList")
         self.ratiosEdit = QLineEdit(_csv(DEFAULT_PROBE_RATIOS), objectName="needleRatiosEdit")
         self.bitsEdit = QLineEdit(str(UNQUANTIZED_BITS), objectName="needleBitsEdit")
         self.exportImageButton = QPushButton("Export image…", objectName="needleExportImageButton")

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.widgets.controls import DEFAULT_METHODS, GROUP_SIZES
+from app.widgets.controls import GROUP_SIZES
 from app.widgets.frontier import FrontierPlot
 from app.widgets.method_list import MethodChecklist, RunPanel
 from kvcore.defaults import (
@@ -23,6 +23,7 @@ from kvcore.defaults import (
     UNQUANTIZED_BITS,
 )
 from kvcore.engine.sweep import parse_ratios
+from kvcore.methods import available
 
 #: The retention slider moves in whole percents; a swept ratio must be one so that clicking its point can set it.
 RATIO_STEP = 0.01
@@ -64,7 +65,7 @@ class SweepPanel(RunPanel):
         super().__init__(parent)
         self.setObjectName("sweepPanel")
         self.methodsList = MethodChecklist(
-            methods or DEFAULT_METHODS, DEFAULT_SWEEP_METHODS, "sweepMethodsList"
+            methods or list(available()), DEFAULT_SWEEP_METHODS, "sweepMethodsList"
         )
         self.ratiosEdit = QLineEdit(",".join(map(str, DEFAULT_SWEEP_RATIOS)), objectName="sweepRatiosEdit")
         self.ratiosEdit.setToolTip(

@@ -184,6 +184,15 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
     s.add_argument("--n-sink", type=int, default=DEFAULT_N_SINK)
     s.add_argument("--kernel", type=int, default=DEFAULT_KERNEL)
     s.add_argument(
+        "--param",
+        type=_param_pair,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a method parameter by the name the method declares (repeatable), e.g. --param beta=10 for "
+        "pyramidkv, --param alpha=0.3 for adakv; over several methods, each takes the ones it declares",
+    )
+    s.add_argument(
         "--fp-recent",
         type=_positions_count,
         default=DEFAULT_FP_RECENT,
@@ -197,6 +206,34 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
         default=DEFAULT_SCHEDULE,
         help="; ".join(f"{k}: {v}" for k, v in SCHEDULE_HELP.items()) + f" (default {DEFAULT_SCHEDULE})",
     )
+
+
+def _param_pair(text: str) -> tuple[str, int | float]:
+    """argparse type of --param: NAME=VALUE with a number; the method checks the name and the value."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. beta=10)")
+    try:
+        return name.strip(), int(value)
+    except ValueError:
+        pass
+    try:
+        return name.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
+
+
+def _method_params(args: argparse.Namespace, methods: Sequence[str]) -> None:
+    """Refuse a --param that none of `methods` declares, naming the parameters they have."""
+    from kvcore.methods import get
+
+    declared = {p.name for m in methods for p in get(m).parameters()}
+    unknown = sorted({name for name, _ in args.param} - declared)
+    if unknown:
+        have = ", ".join(sorted(declared)) or "none"
+        raise UsageError(
+            f"--param {unknown[0]}: {', '.join(methods)} has no such parameter (declared: {have})"
+        )
 
 
 def _positions_count(text: str) -> int:
@@ -229,6 +266,7 @@ def _run_probe(args: argparse.Namespace) -> int:
     methods = _split(args.methods, str, "methods")
     ratios = _split(args.ratios, float, "ratios")
     bits = _split(args.bits, int, "bits")
+    _method_params(args, methods)
     configs = [_config(args, m, r, b) for m, r, b in itertools.product(methods, ratios, bits)]
 
     from kvcore.engine.session import Session
@@ -300,6 +338,7 @@ def _check_output(path: Path | None) -> None:
 
 def _sweep_configs(args: argparse.Namespace, methods: list, ratios: Sequence[float]) -> list:
     """methods × ratios × key widths × value widths (value width None: each the keys')."""
+    _method_params(args, methods)
     bits = _split(args.bits, int, "bits")
     text = getattr(args, "value_bits", "")  # probe has no --value-bits
     value_bits = _split(text, int, "value-bits") if text else [None]
@@ -311,7 +350,9 @@ def _config(
     args: argparse.Namespace, method: str, ratio: float, bits: int, value_bits: int | None = None
 ) -> Any:
     from kvcore.engine.session import CompressionConfig
+    from kvcore.methods import get
 
+    declared = {p.name for p in get(method).parameters()}
     if bits != UNQUANTIZED_BITS and bits not in ALLOWED_BITS:
         raise UsageError(f"--bits/--key-bits {bits}: allowed are {_BITS_HELP}")
     if value_bits is not None and value_bits != UNQUANTIZED_BITS and value_bits not in ALLOWED_BITS:
@@ -328,6 +369,7 @@ def _config(
         kernel=args.kernel,
         schedule=args.schedule,
         fp_recent=args.fp_recent,
+        params={name: value for name, value in args.param if name in declared},
     )
 
 
@@ -403,6 +445,7 @@ def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int
         _check_plot(args.plot, plot_writer)
     if args.command == "compress":
         key_bits = args.bits if args.key_bits is None else args.key_bits
+        _method_params(args, [args.method])
         configs = [_config(args, args.method, args.ratio, key_bits, args.value_bits)]
     else:
         configs = _configs(args)

@@ -52,9 +52,8 @@ from kvcore.defaults import (
     UNQUANTIZED_BITS,
 )
 from kvcore.measure import metrics
-from kvcore.methods import MethodParams, available
+from kvcore.methods import Method, available
 from kvcore.methods import get as get_method
-from kvcore.methods.adakv import AdaKV
 from kvcore.methods.base import window_attention
 from kvcore.methods.selection import Ranking, budget_note, device_select, rank, select, selects_on_device
 from kvcore.model import checks as model_checks
@@ -76,6 +75,9 @@ _PREFILL_STATE = (
     "_packed",
     "chat_template_applied",
 )
+
+#: The configuration's fields that set the method parameter of the same name, where the method declares one.
+_BOUND = ("window", "n_sink", "kernel", "seed")
 
 __all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", "Session"]
 
@@ -103,10 +105,14 @@ class CompressionConfig:
     schedule: str = DEFAULT_SCHEDULE
     value_bits: int | None = DEFAULT_VALUE_BITS
     fp_recent: int = DEFAULT_FP_RECENT
+    #: The method's other parameters by name (beta, alpha, a new method's own); window, n_sink, kernel and seed
+    #: are the fields above, given to every method that declares a parameter of that name. A dict is accepted.
+    params: tuple[tuple[str, int | float], ...] = ()
 
     @property
-    def key_bits(self) -> int | None:
-        return self.bits
+    def method_instance(self) -> Method:
+        """The method with this setting's parameters (built and checked once, on creation)."""
+        return self._method
 
     @property
     def packed_value_bits(self) -> int | None:
@@ -174,23 +180,32 @@ class CompressionConfig:
             raise ValueError(f"group size must be one of {ALLOWED_GROUP_SIZES}, got {self.group_size!r}")
         if self.window > CAPTURE_WINDOW:
             raise ValueError(f"window must be at most {CAPTURE_WINDOW}, got {self.window!r}")
-        max_n_sink = get_method(self.method).max_n_sink
-        if max_n_sink is not None and self.n_sink > max_n_sink:
-            raise ValueError(f"{self.method} takes n_sink up to {max_n_sink}, got {self.n_sink!r}")
-        self.params()
+        if isinstance(self.window, bool) or not isinstance(self.window, int | np.integer) or self.window < 1:
+            raise ValueError(f"window must be an integer >= 1, got {self.window!r}")
+        if isinstance(self.n_sink, bool) or not isinstance(self.n_sink, int | np.integer) or self.n_sink < 0:
+            raise ValueError(f"n_sink must be an integer >= 0, got {self.n_sink!r}")
+        params = dict(self.params)
+        for name in _BOUND:  # `--param window=32` and a dict from a file set the field
+            if name in params:
+                object.__setattr__(self, name, params.pop(name))
+        object.__setattr__(self, "params", tuple(sorted(params.items())))
+        method = get_method(self.method)
+        bound = {
+            name: getattr(self, name) for name in _BOUND if name in {p.name for p in method.parameters()}
+        }
+        object.__setattr__(self, "_method", method.with_values(**bound, **params))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CompressionConfig:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         if known.get("bits") == UNQUANTIZED_BITS:
             known["bits"] = None
+        known["params"] = dict(known.get("params") or {})
         return cls(**known)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def params(self) -> MethodParams:
-        return MethodParams(window=self.window, kernel=self.kernel, n_sink=self.n_sink, seed=self.seed)
+        """The fields, `params` as a dict (what `from_dict`, the controls and JSON files take)."""
+        return {**asdict(self), "params": dict(self.params)}
 
 
 @dataclass
@@ -248,7 +263,7 @@ class Session:
         self._thread = threading.get_ident()
         self.forward_calls = 0
         self._capture: CaptureResult | None = None
-        self._rankings: dict[tuple[str, MethodParams, str], Ranking] = {}
+        self._rankings: dict[tuple[Method, str], Ranking] = {}
         self._window_attention: dict[tuple[str, int], list[np.ndarray | None]] = {}
         self.prompt_ids: list[int] = []
         self.dense_tokens: list[int] = []
@@ -488,15 +503,15 @@ class Session:
     def ranking(self, config: CompressionConfig) -> Ranking:
         """The method's scores and per-head priority order, computed once per (method, params)."""
         observed = self._observed(config.schedule)
-        key = (config.method, config.params(), config.schedule)
+        key = (config.method_instance, config.schedule)
         if key not in self._rankings:
-            self._rankings[key] = rank(observed.observations, config.method, config.params())
+            self._rankings[key] = rank(observed.observations, config.method_instance)
         return self._rankings[key]
 
     def check_config(self, config: CompressionConfig) -> None:
         """Refuse a config this model cannot run, before any work (the CLI calls it before the prefill)."""
         info = self.info
-        if info.latent_rope_dim and get_method(config.method).needs_query_stats:
+        if info.latent_rope_dim and config.method_instance.needs_query_stats:
             raise ValueError(model_checks.latent_query_stats_refusal(info.model_type, config.method))
         if not config.quantized:
             return
@@ -555,7 +570,7 @@ class Session:
 
     def _latent_note(self, ranking: Ranking) -> str | None:
         """Why a per-head budget rule (adakv) keeps its scorer's top positions on a latent (MLA) model."""
-        if not self.info.latent_rope_dim or not isinstance(ranking.method, AdaKV):
+        if not self.info.latent_rope_dim or not ranking.method.spreads_over_heads:
             return None
         return (
             f"{ranking.method.name}: {self.info.model_type}'s latent cache has one kv-head shared by all "

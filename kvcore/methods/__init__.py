@@ -1,39 +1,78 @@
-"""Compression methods by name: `get("snapkv")`, `get("adakv")` (adakv over snapkv), `get("adakv-h2o")`."""
+"""Compression methods, found by module: every `Method` subclass with a `name` in a module of this package.
+
+A new method is one new file here; nothing else lists methods. Wrappers compose by name: `adakv-h2o` is AdaKV over
+h2o, and bare `adakv` wraps the wrapper's `default_inner` (snapkv). `get("random", seed=3)` sets parameters.
+"""
 
 from __future__ import annotations
 
-from kvcore.methods.adakv import AdaKV
-from kvcore.methods.base import Method, MethodParams
-from kvcore.methods.expected_attention import ExpectedAttention
-from kvcore.methods.full import Full
-from kvcore.methods.h2o import H2O
-from kvcore.methods.knorm import KNorm
-from kvcore.methods.pyramidkv import PyramidKV
-from kvcore.methods.random_scores import Random
-from kvcore.methods.snapkv import SnapKV
-from kvcore.methods.streaming_llm import StreamingLLM
-from kvcore.methods.tova import TOVA
+import importlib
+import pkgutil
+from functools import cache
 
-__all__ = ["Method", "MethodParams", "available", "get"]
+from kvcore.methods.base import Method, Parameter
 
-_SCORERS: dict[str, type[Method]] = {
-    cls.name: cls
-    for cls in (Full, StreamingLLM, SnapKV, H2O, TOVA, KNorm, Random, PyramidKV, ExpectedAttention)
-}
-_ADAKV_INNER = ("snapkv", "h2o", "knorm", "random", "pyramidkv", "expected_attention")
+__all__ = ["Method", "Parameter", "available", "describe", "get"]
 
 
+@cache
+def _classes() -> dict[str, type[Method]]:
+    """name -> class, for every method class defined in a module of this package (imported on first use)."""
+    found: dict[str, type[Method]] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for obj in vars(module).values():
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, Method)
+                and obj.__module__ == module.__name__
+                and obj.name
+            ):
+                if obj.name in found and found[obj.name] is not obj:
+                    raise ValueError(
+                        f"two methods are named {obj.name!r}: {found[obj.name].__module__} and {obj.__module__}"
+                    )
+                found[obj.name] = obj
+    return found
+
+
+def _wrappable(cls: type[Method]) -> bool:
+    return not (cls.wraps or cls.keeps_everything or cls.shared_across_heads)
+
+
+@cache
 def available() -> tuple[str, ...]:
-    """Every name `get` accepts."""
-    return (*_SCORERS, "adakv", *(f"adakv-{name}" for name in _ADAKV_INNER))
+    """Every name `get` accepts: the scorers (full first, then by name), then each wrapper bare and over each
+    per-head scorer."""
+    classes = _classes()
+    scorers = sorted(
+        (n for n, c in classes.items() if not c.wraps), key=lambda n: (not classes[n].keeps_everything, n)
+    )
+    names = list(scorers)
+    for wrapper in sorted(n for n, c in classes.items() if c.wraps):
+        names.append(wrapper)
+        names += [f"{wrapper}-{s}" for s in scorers if _wrappable(classes[s])]
+    return tuple(names)
 
 
-def get(name: str) -> Method:
-    """The method called `name`; ValueError naming the allowed names otherwise."""
-    if name in _SCORERS:
-        return _SCORERS[name]()
-    if name == "adakv":
-        return AdaKV(SnapKV())
-    if name.startswith("adakv-") and name[len("adakv-") :] in _ADAKV_INNER:
-        return AdaKV(_SCORERS[name[len("adakv-") :]]())
-    raise ValueError(f"unknown method {name!r}; available: {', '.join(available())}")
+def get(name: str, **values: int | float) -> Method:
+    """The method called `name` with these parameters (the others at their defaults); ValueError naming the
+    allowed names or parameters otherwise."""
+    if name not in available():
+        raise ValueError(f"unknown method {name!r}; available: {', '.join(available())}")
+    classes = _classes()
+    wrapper, _, inner = name.partition("-")
+    cls = classes[wrapper] if wrapper in classes and classes[wrapper].wraps else None
+    method = classes[name]() if cls is None else cls(inner=classes[inner or cls.default_inner]())
+    return method.with_values(**values) if values else method
+
+
+def describe(name: str) -> str:
+    """The method's one-line description (a wrapper's, then its inner method's)."""
+    method = get(name)
+    inner = getattr(method, "inner", None)
+    return (
+        method.description
+        if inner is None
+        else f"{method.description}; over {inner.label}: {inner.description}"
+    )

@@ -1,35 +1,74 @@
-"""adakv (Feng et al. 2024): any scorer, with the layer's budget spread unevenly over its kv-heads.
+"""adakv (Feng et al. 2024): any per-head scorer, with the layer's budget spread unevenly over its kv-heads.
 
 The scores are the wrapped method's; what changes is the allocation (`kvcore.methods.budgets.adakv_counts`), so the
-heads whose attention is concentrated give positions to the heads that need them.
+heads whose attention is concentrated give positions to the heads that need them. Named `adakv-INNER`
+(`adakv-h2o`); bare `adakv` wraps snapkv.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
-from kvcore.methods.base import Method, MethodParams
+from kvcore.defaults import ADAKV_ALPHA
+from kvcore.methods.base import Method, Parameter, param
+from kvcore.methods.snapkv import SnapKV
 
 
+@dataclass(frozen=True)
 class AdaKV(Method):
     name = "adakv"
+    description = "Any per-head scorer, with each layer's budget spread over its kv-heads by their scores"
+    spreads_over_heads = True
+    wraps = True
+    default_inner = "snapkv"
 
-    def __init__(self, inner: Method) -> None:
-        if isinstance(inner, AdaKV) or inner.keeps_everything or inner.shared_across_heads:
-            raise ValueError(f"adakv needs a per-head scorer, got {inner.name!r}")
-        self.inner = inner
-        self.needs_h2o = inner.needs_h2o
-        self.budget = inner.budget
-        self.max_n_sink = inner.max_n_sink
-        self.needs_query_stats = inner.needs_query_stats
+    inner: Method = dataclasses.field(default_factory=SnapKV)
+    alpha: float = param(
+        ADAKV_ALPHA, "safeguard: the share of the mean budget every head keeps", minimum=0.0, maximum=1.0
+    )
 
-    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
-        return self.inner.scores(obs, layer, params)
+    def __post_init__(self) -> None:
+        inner = self.inner
+        if inner.wraps or inner.keeps_everything or inner.shared_across_heads:
+            raise ValueError(f"adakv needs a per-head scorer, got {inner.label!r}")
+        super().__post_init__()
 
-    def always_kept(self, n_tokens: int, params: MethodParams) -> np.ndarray:
-        return self.inner.always_kept(n_tokens, params)
+    @property
+    def label(self) -> str:
+        return f"{self.name}-{self.inner.label}"
 
-    def __repr__(self) -> str:
-        return f"AdaKV({self.inner!r})"
+    @property
+    def budget(self) -> str:  # type: ignore[override]
+        return self.inner.budget
+
+    @property
+    def needs_h2o(self) -> bool:  # type: ignore[override]
+        return self.inner.needs_h2o
+
+    @property
+    def needs_query_stats(self) -> bool:  # type: ignore[override]
+        return self.inner.needs_query_stats
+
+    def parameters(self) -> tuple[Parameter, ...]:
+        return (*self.inner.parameters(), *self.own_parameters())
+
+    def values(self) -> dict[str, int | float]:
+        return {**self.inner.values(), **super().values()}
+
+    def with_values(self, **values: int | float) -> Method:
+        self.check_names(values)
+        own = {p.name for p in self.own_parameters()}
+        theirs = {k: v for k, v in values.items() if k not in own}
+        inner = self.inner.with_values(**theirs) if theirs else self.inner
+        return dataclasses.replace(self, inner=inner, **{k: v for k, v in values.items() if k in own})
+
+    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
+        return self.inner.scores(obs, layer)
+
+    def always_kept(self, n_tokens: int) -> np.ndarray:
+        return self.inner.always_kept(n_tokens)

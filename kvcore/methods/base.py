@@ -1,79 +1,160 @@
 """The one small protocol every compression method follows (kvpress's ScorerPress, reduced to what KV Lens needs).
 
-A method turns one layer's `LayerObservation` into scores [H_kv, T] (higher = keep) and names the positions it
-always keeps, in priority order. Ranking and budgets are shared (`kvcore.methods.selection`, `kvcore.methods.budgets`), so a
-method is only its scores: that is what the heatmap shows and what the tests check against NumPy.
+A method is a frozen dataclass: its fields are its hyper-parameters, each declared with `param` (the literature's
+default, a one-line help, its limits), so the GUI's widgets, the CLI's `--param NAME=VALUE`, session files and CSV
+columns all read the declaration instead of a list kept elsewhere. It turns one layer's `LayerObservation` into
+scores [H_kv, T] (higher = keep) and names the positions it always keeps, in priority order. Ranking and budgets are
+shared (`kvcore.methods.selection`, `kvcore.methods.budgets`), so a method is only its scores: that is what the
+heatmap shows and what the tests check against NumPy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
-from kvcore.defaults import DEFAULT_KERNEL, DEFAULT_N_SINK, DEFAULT_SEED, DEFAULT_WINDOW
+from kvcore.defaults import CAPTURE_WINDOW, DEFAULT_N_SINK, DEFAULT_WINDOW
 
 
 @dataclass(frozen=True)
-class MethodParams:
-    """Hyper-parameters with the literature's defaults; validated on creation."""
+class Parameter:
+    """One declared hyper-parameter, as the GUI and the CLI present it."""
 
-    window: int = DEFAULT_WINDOW  # snapkv / pyramidkv observation window (queries)
-    kernel: int = DEFAULT_KERNEL  # snapkv average-pooling kernel (odd)
-    n_sink: int = DEFAULT_N_SINK  # streaming_llm attention sinks
-    seed: int = DEFAULT_SEED  # random
-    beta: int = 20  # pyramidkv steepness
-    alpha: float = 0.2  # adakv per-head safeguard share
+    name: str
+    default: int | float
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    odd: bool = False
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"window must be an integer >= 1, got {self.window!r}")
-        if not isinstance(self.kernel, int) or self.kernel < 1 or self.kernel % 2 == 0:
-            raise ValueError(f"kernel must be an odd integer >= 1, got {self.kernel!r}")
-        if not isinstance(self.n_sink, int) or self.n_sink < 0:
-            raise ValueError(f"n_sink must be an integer >= 0, got {self.n_sink!r}")
-        if not isinstance(self.beta, int | float) or self.beta < 1:
-            raise ValueError(f"beta must be >= 1, got {self.beta!r}")
-        if not 0.0 <= self.alpha <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {self.alpha!r}")
+    @property
+    def kind(self) -> type:
+        """int or float: what a widget steps by and what `--param` parses."""
+        return float if isinstance(self.default, float) else int
+
+    def check(self, owner: str, value: Any) -> None:
+        """ValueError naming the method, the parameter and the allowed values when `value` does not fit."""
+        numbers = (int, np.integer, float, np.floating) if self.kind is float else (int, np.integer)
+        if isinstance(value, bool) or not isinstance(value, numbers):
+            what = "a number" if self.kind is float else "an integer"
+            raise ValueError(f"{self.name} must be {what}, got {value!r}")
+        if self.odd and value % 2 == 0:
+            raise ValueError(f"{self.name} must be an odd integer >= {self.minimum:g}, got {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            what = "an integer" if self.kind is int else "a number"
+            raise ValueError(f"{self.name} must be {what} >= {self.minimum:g}, got {value!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"{owner} takes {self.name} up to {self.maximum:g}, got {value!r}")
 
 
+def param(
+    default: int | float,
+    help: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    odd: bool = False,
+) -> Any:
+    """A method's hyper-parameter field: its default, a one-line help and its limits (checked on creation)."""
+    meta = {"help": help, "minimum": minimum, "maximum": maximum, "odd": odd}
+    return dataclasses.field(default=default, metadata={"parameter": meta})
+
+
+@dataclass(frozen=True)
 class Method:
-    """Base scorer. Subclasses set `name` and implement `scores`; the defaults suit most of them."""
+    """Base scorer. Subclasses set `name` and `description`, declare fields with `param` and implement `scores`."""
 
     name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
     budget: ClassVar[str] = "uniform"  # or "pyramidkv": per-layer counts from kvcore.methods.budgets
     shared_across_heads: ClassVar[bool] = False  # every kv-head keeps the same positions (tova)
     keeps_everything: ClassVar[bool] = False  # full: the ratio does not apply
-    needs_h2o: ClassVar[bool] = False
-    max_n_sink: ClassVar[int | None] = None  # the largest n_sink the captured statistics allow (None: any)
+    spreads_over_heads: ClassVar[bool] = False  # adakv: a layer's budget is spread unevenly over its kv-heads
+    needs_h2o: ClassVar[bool] = False  # h2o's column sums from every prompt query (capture h2o=True)
     needs_query_stats: ClassVar[bool] = (
         False  # pre-RoPE query statistics (kvcore.capture.query_stats): not on MLA
     )
+    #: A wrapper takes another method (`inner`) and is named WRAPPER-INNER (adakv-h2o); bare, it wraps `default_inner`.
+    wraps: ClassVar[bool] = False
+    default_inner: ClassVar[str] = ""
 
-    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
+    def __post_init__(self) -> None:
+        for p in self.own_parameters():
+            p.check(self.name, getattr(self, p.name))
+
+    @classmethod
+    def own_parameters(cls) -> tuple[Parameter, ...]:
+        """The hyper-parameters this class declares (a wrapper's, without its inner method's)."""
+        out = []
+        for f in dataclasses.fields(cls):
+            meta = f.metadata.get("parameter")
+            if meta is not None:
+                out.append(Parameter(f.name, f.default, **meta))
+        return tuple(out)
+
+    def parameters(self) -> tuple[Parameter, ...]:
+        """Every hyper-parameter this method reads (a wrapper's and its inner method's)."""
+        return self.own_parameters()
+
+    def values(self) -> dict[str, int | float]:
+        """Each parameter's current value by name."""
+        return {p.name: getattr(self, p.name) for p in self.own_parameters()}
+
+    def with_values(self, **values: int | float) -> Method:
+        """A copy with these parameters set (checked as on creation)."""
+        self.check_names(values)
+        return dataclasses.replace(self, **values)
+
+    def check_names(self, values: dict[str, Any]) -> None:
+        """ValueError naming the parameters this method has when `values` names one it has not."""
+        unknown = sorted(set(values) - {p.name for p in self.parameters()})
+        if unknown:
+            have = ", ".join(p.name for p in self.parameters()) or "none"
+            raise ValueError(f"{self.label} has no parameter {', '.join(unknown)} (its parameters: {have})")
+
+    @property
+    def label(self) -> str:
+        """The name `kvcore.methods.get` takes for this method."""
+        return self.name
+
+    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
         """Scores [H_kv, T], float32, higher = more worth keeping."""
         raise NotImplementedError
 
-    def always_kept(self, n_tokens: int, params: MethodParams) -> np.ndarray:
+    def always_kept(self, n_tokens: int) -> np.ndarray:
         """Positions ranked above every scored one, highest priority first (kept as far as the budget allows)."""
         return np.zeros(0, np.int64)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+
+def window_param() -> Any:
+    """The observation window (snapkv and the methods built on it): capture keeps up to CAPTURE_WINDOW queries."""
+    return param(
+        DEFAULT_WINDOW,
+        "observation window: the last prompt queries that vote",
+        minimum=1,
+        maximum=CAPTURE_WINDOW,
+    )
 
 
-def effective_window(obs: LayerObservation, params: MethodParams) -> int:
-    """The window actually used: `params.window`, or fewer when the prompt is shorter; never more than captured."""
+def n_sink_param(maximum: int | None = None) -> Any:
+    """Attention sinks (Xiao et al. 2023): the first positions, always kept."""
+    return param(
+        DEFAULT_N_SINK, "attention sinks: the first positions, always kept", minimum=0, maximum=maximum
+    )
+
+
+def effective_window(obs: LayerObservation, window: int) -> int:
+    """The window actually used: `window`, or fewer when the prompt is shorter; never more than captured."""
     captured = obs.window_queries.shape[1]
-    w = min(params.window, obs.n_tokens)
+    w = min(window, obs.n_tokens)
     if w > captured:
         raise ValueError(
-            f"window {params.window} needs {w} captured queries but prefill kept {captured}: "
-            f"capture with window >= {params.window}"
+            f"window {window} needs {w} captured queries but prefill kept {captured}: capture with window >= {window}"
         )
     return w
 

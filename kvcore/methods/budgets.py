@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.defaults import DEFAULT_WINDOW
+from kvcore.defaults import ADAKV_ALPHA, DEFAULT_WINDOW, PYRAMIDKV_BETA
 
 
 def check_ratio(ratio: float) -> float:
@@ -38,7 +38,7 @@ class PyramidBudget:
 
 
 def pyramidkv(
-    n_tokens: int, ratio: float, n_layers: int, window: int = DEFAULT_WINDOW, beta: float = 20
+    n_tokens: int, ratio: float, n_layers: int, window: int = DEFAULT_WINDOW, beta: float = PYRAMIDKV_BETA
 ) -> PyramidBudget:
     """PyramidKV's per-layer budgets as the authors' code (KVCache-Factory) and kvpress compute them.
 
@@ -74,7 +74,7 @@ def pyramidkv(
 
 
 def adakv_counts(
-    flat_order: np.ndarray, n_tokens: int, n_heads: int, n: int, alpha: float = 0.2
+    flat_order: np.ndarray, n_tokens: int, n_heads: int, n: int, alpha: float = ADAKV_ALPHA
 ) -> np.ndarray:
     """Per-head counts for one layer: each head keeps its top ⌊α·n⌋, the rest of H·n goes to the best remaining.
 

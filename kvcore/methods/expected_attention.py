@@ -10,16 +10,17 @@ exponent, mean over the GQA group, times ‖v‖₂ (ε = 0). Sinks score the la
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import BLOCK_ELEMENTS, LayerObservation
 from kvcore.defaults import QUERY_STATS_HEAD
-from kvcore.methods.base import Method, MethodParams
+from kvcore.methods.base import Method, n_sink_param
 
 
-def expected_attention_scores(obs: LayerObservation, params: MethodParams) -> mx.array:
+def expected_attention_scores(obs: LayerObservation, n_sink: int) -> mx.array:
     """Scores [H_kv, T] float32 (module docstring)."""
     if obs.latent:
         raise ValueError(
@@ -33,7 +34,7 @@ def expected_attention_scores(obs: LayerObservation, params: MethodParams) -> mx
             "did not pass through a `rope` module KV Lens could tap: prefill again with query_stats=True, "
             "or choose another method for this model"
         )
-    n_tokens, n_sink = obs.n_tokens, min(params.n_sink, obs.n_tokens)
+    n_tokens, n_sink = obs.n_tokens, min(n_sink, obs.n_tokens)
     if n_sink >= n_tokens:
         return mx.ones((obs.n_kv_heads, n_tokens), mx.float32)
     _, mean, cov = stats.moments(n_sink)
@@ -57,13 +58,17 @@ def expected_attention_scores(obs: LayerObservation, params: MethodParams) -> mx
     return mx.concatenate([sinks, scores], axis=1)
 
 
+@dataclass(frozen=True)
 class ExpectedAttention(Method):
     name = "expected_attention"
-    max_n_sink = QUERY_STATS_HEAD
+    description = "The attention future queries are expected to pay, from the prompt's query statistics"
     needs_query_stats = True
 
-    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
-        return expected_attention_scores(obs, params)
+    #: Capture keeps the first QUERY_STATS_HEAD positions' queries one by one, so the sinks can go up to that.
+    n_sink: int = n_sink_param(maximum=QUERY_STATS_HEAD)
 
-    def always_kept(self, n_tokens: int, params: MethodParams) -> np.ndarray:
-        return np.arange(min(params.n_sink, n_tokens))
+    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
+        return expected_attention_scores(obs, self.n_sink)
+
+    def always_kept(self, n_tokens: int) -> np.ndarray:
+        return np.arange(min(self.n_sink, n_tokens))

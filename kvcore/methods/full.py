@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 
 from kvcore.capture.prefill import LayerObservation
-from kvcore.methods.base import Method, MethodParams
+from kvcore.methods.base import Method
 
 
+@dataclass(frozen=True)
 class Full(Method):
     name = "full"
+    description = "Every position is kept: the dense baseline in the sparse cache's form"
     keeps_everything = True
     shared_across_heads = True
 
-    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
+    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
         return mx.ones((obs.n_kv_heads, obs.n_tokens), mx.float32)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 
 from kvcore.capture.prefill import LayerObservation
-from kvcore.methods.base import Method, MethodParams, group_mean
+from kvcore.methods.base import Method, group_mean
 
 
+@dataclass(frozen=True)
 class H2O(Method):
     name = "h2o"
+    description = "Heavy hitters: the keys every prompt query attended to most, per query that could see them"
     needs_h2o = True
 
-    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
+    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
         """Column sums / (T - t): average attention per query that can see key t, so early keys aren't favoured."""
         if obs.h2o_sums is None:
             raise ValueError("h2o needs the column sums recorded at prefill: capture with h2o=True")

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 
 from kvcore.capture.prefill import LayerObservation
-from kvcore.methods.base import Method, MethodParams
+from kvcore.methods.base import Method
 
 
+@dataclass(frozen=True)
 class KNorm(Method):
     name = "knorm"
+    description = "Keys with a low L2 norm draw high attention: keep the smallest keys"
 
-    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
+    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
         keys = obs.keys.astype(mx.float32)
         return -mx.sqrt((keys * keys).sum(axis=-1))

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from kvcore.defaults import PYRAMIDKV_BETA
+from kvcore.methods.base import param
 from kvcore.methods.snapkv import SnapKV
 
 
+@dataclass(frozen=True)
 class PyramidKV(SnapKV):
     name = "pyramidkv"
+    description = "snapkv's scores, with budgets that shrink from the lowest layer to the highest"
     budget = "pyramidkv"
+
+    beta: int = param(
+        PYRAMIDKV_BETA, "pyramid steepness: the top layer keeps 1/beta of the mean budget", minimum=1
+    )

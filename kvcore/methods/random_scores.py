@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
-from kvcore.methods.base import Method, MethodParams
+from kvcore.defaults import DEFAULT_SEED
+from kvcore.methods.base import Method, param
 
 
+@dataclass(frozen=True)
 class Random(Method):
     name = "random"
+    description = "Seeded random positions: the floor every real method should beat"
 
-    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
+    seed: int = param(DEFAULT_SEED, "random seed (the same seed keeps the same positions)", minimum=0)
+
+    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
         """Uniform draws from default_rng([seed, layer]), stored as their ranks in (0, 1) so float32 has no ties."""
         shape = (obs.n_kv_heads, obs.n_tokens)
-        draws = np.random.default_rng([params.seed, layer]).random(shape)
+        draws = np.random.default_rng([self.seed, layer]).random(shape)
         ranks = draws.argsort(axis=1).argsort(axis=1)
         return mx.array(((ranks + 0.5) / obs.n_tokens).astype(np.float32))

@@ -17,7 +17,9 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
-from kvcore.methods import AdaKV, Method, MethodParams, budgets, get
+from kvcore.defaults import ADAKV_ALPHA
+from kvcore.methods import budgets, get
+from kvcore.methods.base import Method
 
 LayerSelection = np.ndarray | list[np.ndarray] | None
 
@@ -42,8 +44,7 @@ class LayerRanking:
 
 @dataclass
 class Ranking:
-    method: Method
-    params: MethodParams
+    method: Method  # with its parameters
     n_tokens: int
     layers: list[LayerRanking | None]
     seconds: float  # scoring + ranking time
@@ -75,22 +76,20 @@ def _priority_order(scores: np.ndarray, always: np.ndarray) -> np.ndarray:
 def rank(
     observations: Sequence[LayerObservation | None],
     method: str | Method,
-    params: MethodParams | None = None,
 ) -> Ranking:
     """Score every captured layer with `method` and rank its positions; None stays None."""
     start = time.perf_counter()
     method = get(method) if isinstance(method, str) else method
-    params = params or MethodParams()
     if method.needs_h2o:
         for o in observations:
             if o is not None:
                 o.ensure_h2o()
     if method.needs_h2o and any(o is not None and o.h2o_sums is None for o in observations):
         raise ValueError(f"{method.name} needs h2o sums: prefill with capture h2o=True")
-    lazy = [None if o is None else method.scores(o, i, params) for i, o in enumerate(observations)]
+    lazy = [None if o is None else method.scores(o, i) for i, o in enumerate(observations)]
     mx.eval([s for s in lazy if s is not None])
     n_tokens = next((o.n_tokens for o in observations if o is not None), 0)
-    always = np.asarray(method.always_kept(n_tokens, params), np.int64)
+    always = np.asarray(method.always_kept(n_tokens), np.int64)
     layers: list[LayerRanking | None] = []
     for s in lazy:
         if s is None:
@@ -102,7 +101,7 @@ def rank(
         if order is None:
             order = np.broadcast_to(shared, scores.shape)
         layers.append(LayerRanking(scores, order, shared, int(always.size)))
-    return Ranking(method, params, n_tokens, layers, time.perf_counter() - start)
+    return Ranking(method, n_tokens, layers, time.perf_counter() - start)
 
 
 def layer_budgets(ranking: Ranking, ratio: float) -> list[int]:
@@ -128,8 +127,8 @@ def budget_note(ranking: Ranking, ratio: float) -> str | None:
 
 
 def _pyramid(ranking: Ranking, ratio: float) -> budgets.PyramidBudget:
-    params = ranking.params
-    return budgets.pyramidkv(ranking.n_tokens, ratio, len(ranking.layers), params.window, params.beta)
+    values = ranking.method.values()
+    return budgets.pyramidkv(ranking.n_tokens, ratio, len(ranking.layers), values["window"], values["beta"])
 
 
 def select(
@@ -141,7 +140,7 @@ def select(
     adakv=True (or an AdaKV method) spreads each layer's H_kv·n over its heads (ragged lists).
     """
     method = ranking.method
-    adakv = adakv or isinstance(method, AdaKV)
+    adakv = adakv or method.spreads_over_heads
     if adakv and (not per_head or method.shared_across_heads or method.keeps_everything):
         raise ValueError(f"adakv needs per-head selection with a per-head scorer, got {method.name!r} shared")
     out: list[LayerSelection] = []
@@ -154,7 +153,8 @@ def select(
             out.append(np.sort(layer.shared_order[:n]))
         elif adakv:
             n_heads, n_tokens = layer.order.shape
-            counts = budgets.adakv_counts(layer.flat_order(), n_tokens, n_heads, n, ranking.params.alpha)
+            alpha = method.values().get("alpha", ADAKV_ALPHA)
+            counts = budgets.adakv_counts(layer.flat_order(), n_tokens, n_heads, n, alpha)
             out.append([np.sort(layer.order[h, :k]) for h, k in enumerate(counts)])
         else:
             out.append(np.sort(layer.order[:, :n], axis=1))

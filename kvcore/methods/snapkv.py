@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
-from kvcore.methods.base import Method, MethodParams, effective_window, group_mean, window_attention
+from kvcore.defaults import DEFAULT_KERNEL
+from kvcore.methods.base import Method, effective_window, group_mean, param, window_attention, window_param
 
 
 def avg_pool(x: mx.array, kernel: int) -> mx.array:
@@ -17,22 +20,27 @@ def avg_pool(x: mx.array, kernel: int) -> mx.array:
     return sum(padded[:, i : i + n] for i in range(kernel)) / kernel
 
 
-def snapkv_scores(obs: LayerObservation, params: MethodParams) -> mx.array:
+def snapkv_scores(obs: LayerObservation, window: int, kernel: int) -> mx.array:
     """Window-attention votes for the columns before the window, pooled, GQA-averaged; window columns score 1."""
-    w = effective_window(obs, params)
+    w = effective_window(obs, window)
     n_before = obs.n_tokens - w
     votes = window_attention(obs, w)[:, :, :n_before].mean(axis=1)  # [H_q, T - w]
-    pooled = group_mean(avg_pool(votes, params.kernel), obs.n_kv_heads)
+    pooled = group_mean(avg_pool(votes, kernel), obs.n_kv_heads)
     # Softmax means are <= 1, so 1 marks the always-kept window as top-scoring in a heatmap too.
     return mx.concatenate([pooled, mx.ones((obs.n_kv_heads, w), mx.float32)], axis=1)
 
 
+@dataclass(frozen=True)
 class SnapKV(Method):
     name = "snapkv"
+    description = "The last prompt queries vote for the keys they attend to (pooled); the window is kept"
 
-    def scores(self, obs: LayerObservation, layer: int, params: MethodParams) -> mx.array:
-        return snapkv_scores(obs, params)
+    window: int = window_param()
+    kernel: int = param(DEFAULT_KERNEL, "average-pooling kernel over the votes (odd)", minimum=1, odd=True)
 
-    def always_kept(self, n_tokens: int, params: MethodParams) -> np.ndarray:
+    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
+        return snapkv_scores(obs, self.window, self.kernel)
+
+    def always_kept(self, n_tokens: int) -> np.ndarray:
         """The window, most recent first (when the budget is below the window, the latest queries win)."""
-        return np.arange(n_tokens - 1, n_tokens - 1 - min(params.window, n_tokens), -1)
+        return np.arange(n_tokens - 1, n_tokens - 1 - min(self.window, n_tokens), -1)

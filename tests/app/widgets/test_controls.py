@@ -6,7 +6,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSlider
 
-from app.widgets.controls import DEFAULT_METHODS, DEFAULTS, CompressionControls
+from app.widgets.controls import DEFAULTS, CompressionControls
+from kvcore.methods import available
 
 
 @pytest.fixture
@@ -18,7 +19,9 @@ def controls(qtbot):
 
 def test_defaults_and_object_names(controls):
     assert controls.config() == DEFAULTS
-    assert [controls.methodCombo.itemText(i) for i in range(controls.methodCombo.count())] == DEFAULT_METHODS
+    assert [controls.methodCombo.itemText(i) for i in range(controls.methodCombo.count())] == list(
+        available()
+    )
     assert controls.findChild(QSlider, "retentionSlider") is controls.retentionSlider
     assert controls.autoRegenerateCheck.isChecked() and controls.auto_regenerate()
     assert controls.retentionLabel.text() == "25 %"
@@ -64,6 +67,7 @@ def test_set_config_round_trip_emits_once(controls, qtbot):
         "n_sink": 8,
         "kernel": 7,
         "schedule": "mlx-lm",
+        "params": {},
     }
     emitted = []
     controls.configChanged.connect(emitted.append)
@@ -95,8 +99,9 @@ def test_every_control_emits(controls, qtbot):
             "snapkv" if controls.methodCombo.currentText() != "snapkv" else "h2o"
         ),
         lambda: controls.perHeadCheck.toggle(),
-        lambda: controls.windowSpin.setValue(16),
-        lambda: controls.kernelSpin.setValue(3),
+        lambda: controls.methodCombo.setCurrentText("snapkv"),
+        lambda: controls.methodParameters.spin("window").setValue(16),
+        lambda: controls.methodParameters.spin("kernel").setValue(3),
         lambda: controls.bitsSlider.setValue(2),
         lambda: controls.groupSizeCombo.setCurrentIndex(2),
     ):
@@ -104,8 +109,12 @@ def test_every_control_emits(controls, qtbot):
             change()
     controls.set_config({"method": "streaming_llm"})
     with qtbot.waitSignal(controls.configChanged, timeout=500) as blocker:
-        controls.sinkSpin.setValue(2)
+        controls.methodParameters.spin("n_sink").setValue(2)
     assert blocker.args[0]["n_sink"] == 2
+    controls.set_config({"method": "pyramidkv"})
+    with qtbot.waitSignal(controls.configChanged, timeout=500) as blocker:
+        controls.methodParameters.spin("beta").setValue(7)
+    assert blocker.args[0]["params"] == {"beta": 7} and blocker.args[0]["window"] == 16
 
 
 def test_group_size_disabled_for_head_dim(controls):
@@ -150,11 +159,12 @@ def test_irrelevant_controls_disabled_with_reason(controls):
     assert "16 bits" in controls.groupSizeCombo.toolTip()
     controls.set_config({"method": "tova"})
     assert not controls.perHeadCheck.isEnabled() and controls.config()["per_head"] is False
-    assert not controls.windowSpin.isEnabled() and "no observation window" in controls.windowSpin.toolTip()
+    assert "tova keeps the same positions" in controls.perHeadCheck.toolTip()
+    assert controls.methodParameters.spin("window") is None  # tova declares no window
     controls.set_config({"method": "snapkv", "bits": 4})
-    assert controls.retentionSlider.isEnabled() and controls.windowSpin.isEnabled()
+    assert controls.retentionSlider.isEnabled() and controls.methodParameters.spin("window").isEnabled()
     assert controls.groupSizeCombo.isEnabled()
-    assert controls.windowSpin.toolTip().startswith("Observation window")
+    assert controls.methodParameters.spin("window").toolTip().startswith("observation window")
 
 
 def test_separate_kv_reveals_a_value_slider_and_emits_value_bits(controls, qtbot):
@@ -201,11 +211,16 @@ def test_adakv_after_tova_selects_per_head(controls):
 
 
 def test_every_listed_method_is_an_engine_method(controls):
-    from kvcore.methods import available
 
-    assert set(DEFAULT_METHODS) <= set(available())
+    from kvcore.engine.session import CompressionConfig
+
+    for name in available():
+        controls.methodCombo.setCurrentText(name)
+        assert CompressionConfig.from_dict(controls.config()).method == name
     controls.methodCombo.setCurrentText("adakv-expected_attention")
-    assert controls.sinkSpin.isEnabled() and not controls.windowSpin.isEnabled()
+    params = controls.methodParameters
+    assert params.spin("n_sink") is not None and params.spin("window") is None
+    assert params.spin("alpha").value() == 0.2
     assert controls.perHeadCheck.isChecked() and not controls.perHeadCheck.isEnabled()
 
 

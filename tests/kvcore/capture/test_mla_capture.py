@@ -23,7 +23,7 @@ from kvcore.capture import prefill as capture
 from kvcore.cli.main import main
 from kvcore.engine.session import CompressionConfig, Session
 from kvcore.engine.session_file import open_session, save_session
-from kvcore.methods.base import MethodParams, window_attention
+from kvcore.methods.base import window_attention
 from kvcore.model import loading
 from tests.kvcore.conftest import PROMPT
 from tests.model_factory import ARCHS, build_model
@@ -102,7 +102,6 @@ def test_captured_scores_are_the_attention_weights_over_latent_positions(folders
     result = capture.prefill_with_capture(model, ids, window=WINDOW, chunk_size=7, h2o="lazy", hold_last=True)
     assert not result.skipped and result.forward_calls == -(-(len(ids) - 1) // 7) + 1
     reference = _numpy_attention(model, ids)
-    params = MethodParams(window=WINDOW)
     for observed in (result, result.before_last):
         T = observed.n_tokens
         for layer, (obs, (weights_np, keys)) in enumerate(zip(observed.observations, reference, strict=True)):
@@ -114,10 +113,10 @@ def test_captured_scores_are_the_attention_weights_over_latent_positions(folders
             )
             np.testing.assert_allclose(np.array(obs.ensure_h2o()), P.sum(axis=1), rtol=1e-4, atol=1e-4)
             # The methods' scores sum (average) over every query head: one row for the one latent head.
-            h2o = methods.get("h2o").scores(obs, layer, params)
+            h2o = methods.get("h2o").scores(obs, layer)
             want = (P.sum(axis=1) / np.arange(T, 0, -1)).mean(axis=0, keepdims=True)
             np.testing.assert_allclose(np.array(h2o), want, rtol=1e-4, atol=1e-5)
-            tova = methods.get("tova").scores(obs, layer, params)
+            tova = methods.get("tova").scores(obs, layer)
             np.testing.assert_allclose(
                 np.array(tova), P[:, -1].mean(axis=0, keepdims=True), rtol=1e-4, atol=1e-5
             )
@@ -126,7 +125,7 @@ def test_captured_scores_are_the_attention_weights_over_latent_positions(folders
     # No rope output reaches a latent layer's attention as its queries: no expected_attention statistics.
     assert all(o.query_stats is None and o.values is None for o in result.observations)
     with pytest.raises(ValueError, match="latent attention .MLA. layers: choose another method"):
-        methods.get("expected_attention").scores(result.observations[0], 0, params)
+        methods.get("expected_attention").scores(result.observations[0], 0)
 
 
 @pytest.mark.parametrize("method", ["expected_attention", "adakv-expected_attention"])

@@ -61,6 +61,7 @@ def keep(scores: np.ndarray, n: int, always: list[int]) -> np.ndarray:
 
 def kvcore_kept(obs: LayerObservation, method: str, ratio: float, **params):
     """kvcore's selection for a single layer."""
-    from kvcore.methods import MethodParams, selection
+    from kvcore import methods
+    from kvcore.methods import selection
 
-    return selection.select(selection.rank([obs], method, MethodParams(**params)), ratio)[0]
+    return selection.select(selection.rank([obs], methods.get(method, **params)), ratio)[0]

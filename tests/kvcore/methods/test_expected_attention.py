@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
+from kvcore import methods
 from kvcore.capture import prefill as capture
 from kvcore.engine.session import CompressionConfig, Session
-from kvcore.methods import MethodParams, selection
+from kvcore.methods import selection
 from tests.kvcore.methods.helpers import keep, n_kept
 from tests.model_factory import ARCHS, build_model
 
@@ -114,9 +115,8 @@ def _ids(n: int, seed: int, model) -> list[int]:
 
 def _check(result, model, config, ids, n_sink):
     """kvcore's scores and kept positions for `result` equal the oracle's in every layer and kv-head."""
-    params = MethodParams(n_sink=n_sink)
     inv = inv_freqs(config)
-    ranking = selection.rank(result.observations, "expected_attention", params)
+    ranking = selection.rank(result.observations, methods.get("expected_attention", n_sink=n_sink))
     expected = [oracle_scores(q, k, v, inv, n_sink) for q, k, v in reference(model, config, ids)]
     for layer, want in zip(ranking.layers, expected, strict=True):
         np.testing.assert_allclose(layer.scores[:, n_sink:], want, rtol=2e-4, atol=1e-7)

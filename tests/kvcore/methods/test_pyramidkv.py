@@ -6,14 +6,15 @@ must keep, layer by layer, exactly what snapkv's brute force keeps at that layer
 
 import numpy as np
 
-from kvcore.methods import MethodParams, budgets, selection
+from kvcore import methods
+from kvcore.methods import budgets, selection
 from tests.kvcore.methods.helpers import observation, random_qk
 from tests.kvcore.methods.test_snapkv import snapkv_oracle
 
 
 def test_pyramidkv_matches_bruteforce_when_feasible():
     data = [random_qk(20 + layer, 160, 2, 2, 8) for layer in range(4)]
-    ranking = selection.rank([observation(q, k) for q, k in data], "pyramidkv", MethodParams(window=4))
+    ranking = selection.rank([observation(q, k) for q, k in data], methods.get("pyramidkv", window=4))
     budget = budgets.pyramidkv(160, 0.5, 4, window=4)
     counts = budget.counts
     assert budget.fallback is None and counts[0] > counts[-1]  # a real pyramid, not the uniform fallback

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from kvcore import methods
-from kvcore.methods import MethodParams, selection
+from kvcore.methods import selection
 from tests.kvcore.methods.helpers import observation, random_qk
 
 
@@ -23,7 +23,9 @@ def test_registry_lists_and_builds_every_method():
 
 
 def test_unknown_method_names_the_allowed_ones():
-    with pytest.raises(ValueError, match=r"unknown method 'snapKV'; available: full, streaming_llm"):
+    with pytest.raises(
+        ValueError, match=r"unknown method 'snapKV'; available: full, expected_attention, h2o"
+    ):
         methods.get("snapKV")
 
 
@@ -33,7 +35,7 @@ def test_unknown_method_names_the_allowed_ones():
 )
 def test_bad_params_are_refused(params, message):
     with pytest.raises(ValueError, match=message):
-        MethodParams(**params)
+        methods.get("snapkv", **params)
 
 
 @pytest.mark.parametrize("ratio", [0.0, 1.5, -1])
@@ -56,7 +58,7 @@ def test_output_forms_feed_select_positions(observations):
 
 def test_a_new_ratio_is_a_slice_not_a_rescore(observations, monkeypatch):
     ranking = selection.rank(observations, "snapkv")
-    monkeypatch.setattr(methods.SnapKV, "scores", lambda *a: pytest.fail("rescored"))
+    monkeypatch.setattr(type(methods.get("snapkv")), "scores", lambda *a: pytest.fail("rescored"))
     monkeypatch.setattr(mx, "eval", lambda *a: pytest.fail("MLX work on a ratio change"))
     previous = None
     for ratio in np.linspace(0.05, 1.0, 20):
