@@ -6,68 +6,63 @@ thread on a session of their own, paint each cell as it finishes, cancel, export
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QDockWidget, QFileDialog
 
-from app.controllers.pinning import config_label
+from app.controllers.host import Host
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
 from app.engine import jobs
 from app.engine.thread import JobFailure, JobResult
-from app.widgets.sweep_panel import parse_bits
+from app.widgets.config_text import config_label, parse_bits
+from app.widgets.needle_panel import NeedlePanel
 from kvcore.engine.session import CompressionConfig
 from kvcore.engine.sweep import check_group_size, grid, parse_ratios
 from kvcore.probes.needle_grid import GridCell, grid_specs
 from kvcore.probes.run import DENSE, PROBE_COLUMNS
 
-if TYPE_CHECKING:
-    from app.window.main_window import MainWindow
-
 NEEDLE_SHORTCUT = "Ctrl+Shift+N"
-KIND = "needles"
 
 
 class NeedleController:
     """Owns the grid in flight: its probes, caches (dense first) and finished cells."""
 
-    def __init__(self, window: MainWindow) -> None:
-        self.window = window
-        self.panel = window.needlePanel
+    def __init__(self, host: Host, panel: NeedlePanel, dock: QDockWidget) -> None:
+        self.host = host
+        self.panel, self.dock = panel, dock
         self.view = self.panel.grid
         self.request_id: int | None = None
         self.specs: list[dict] = []
         self.configs: list[CompressionConfig] = []
         self.cells: dict[int, GridCell] = {}
         self.panel.runRequested.connect(self.run)
-        self.panel.cancelRequested.connect(lambda: window.engine.cancel(KIND))
+        self.panel.cancelRequested.connect(lambda: host.engine.cancel(jobs.NEEDLES))
         self.panel.exportCsvRequested.connect(self.export_csv_dialog)
         self.panel.exportImageRequested.connect(self.export_image_dialog)
         self.view.cellClicked.connect(self.open_cell)
-        self.view.hoverInfo.connect(window.status.show_hover)
-        window.engine.partialResult.connect(self._on_partial)
-        self.show_action = QAction("&Needle Grid", window)
+        self.view.hoverInfo.connect(host.status.show_hover)
+        self.show_action = QAction("&Needle Grid", host.widget)
         self.show_action.setShortcut(QKeySequence(NEEDLE_SHORTCUT))
         self.show_action.setStatusTip("Show the Needle grid dock: recall by needle depth and prompt length")
         self.show_action.triggered.connect(lambda _=False: self.show_dock())
-        window.addAction(self.show_action)
+        host.widget.addAction(self.show_action)
 
     @property
     def running(self) -> bool:
         return self.request_id is not None
 
     def show_dock(self) -> None:
-        self.window.needleDock.show()
-        self.window.needleDock.raise_()
+        self.dock.show()
+        self.dock.raise_()
 
     def run(self) -> int | None:
         """Start the grid; a message naming the problem instead when the input cannot run."""
-        w, p = self.window, self.panel
+        w, p = self.host, self.panel
         if self.running:
             w.status.show("A needle grid is running: Cancel it first.")
             return None
         if w.model_info is None:
-            w._error("No model loaded", "Load a model before running a needle grid.")
+            w.error("No model loaded", "Load a model before running a needle grid.")
             return None
         try:
             specs = grid_specs(p.family(), p.seedSpin.value(), p.depthsEdit.text(), p.lengthsEdit.text())
@@ -79,7 +74,7 @@ class NeedleController:
             configs = grid(methods, ratios, bits, base.group_size, base=base)
             check_group_size(configs, w.model_info.head_dim, w.model_info.value_dim)
         except ValueError as exc:
-            w._error("Cannot run the needle grid", str(exc))
+            w.error("Cannot run the needle grid", str(exc))
             return None
         self.specs, self.configs, self.cells = specs, configs, {}
         depths = sorted({s["depth"] for s in specs})
@@ -87,12 +82,18 @@ class NeedleController:
         self._depths, self._lengths = depths, lengths
         self.view.set_grid(["dense", *(config_label(c.to_dict()) for c in configs)], depths, lengths)
         p.set_running(True, len(specs))
-        self.request_id = w.engine.submit(KIND, jobs.needle_grid(specs, [c.to_dict() for c in configs]))
+        self.request_id = w.engine.submit(
+            jobs.NEEDLES,
+            jobs.needle_grid(specs, [c.to_dict() for c in configs]),
+            on_result=self.on_finished,
+            on_failure=self.on_failed,
+            on_partial=self._on_partial,
+        )
         self.show_dock()
         return self.request_id
 
     def _on_partial(self, result: JobResult) -> None:
-        if result.kind != KIND or result.request_id != self.request_id:
+        if result.request_id != self.request_id:
             return
         cell: GridCell = result.value
         self.cells[cell.index] = cell
@@ -112,7 +113,7 @@ class NeedleController:
             self._stopped(f"Cancelled after {len(self.cells)} of {len(self.specs)} probes; they stay.")
         else:
             self._stopped(f"Stopped: {failure.message}")
-            self.window._error("Needle grid failed", failure.message)
+            self.host.error("Needle grid failed", failure.message)
 
     def _stopped(self, text: str) -> None:
         self.request_id = None
@@ -127,9 +128,9 @@ class NeedleController:
         """Put the cell's prompt in the editor, set the controls to its cache (dense = full) and prefill."""
         cell = self.cell(length_index, depth_index)
         if cell is None:
-            self.window.status.show("That probe has not run yet.")
+            self.host.status.show("That probe has not run yet.")
             return None
-        w = self.window
+        w = self.host
         config = {"method": "full", "ratio": 1.0} if panel == 0 else self.configs[panel - 1].to_dict()
         w.controls.set_config(config)
         w.sessionPanel.promptEdit.setPlainText(cell.probe.prompt)
@@ -145,26 +146,26 @@ class NeedleController:
 
     def export_csv(self, path: str | Path) -> bool:
         if not export_rows(
-            self.window, path, self.rows(), PROBE_COLUMNS, "Run a needle grid first: it is empty."
+            self.host, path, self.rows(), PROBE_COLUMNS, "Run a needle grid first: it is empty."
         ):
             return False
-        self.window.status.show(f"Exported {len(self.rows())} needle rows to {path}")
+        self.host.status.show(f"Exported {len(self.rows())} needle rows to {path}")
         return True
 
     def export_image(self, path: str | Path) -> bool:
         if not self.view.has_data():
-            self.window._error("Nothing to export", "Run a needle grid first: it is empty.")
+            self.host.error("Nothing to export", "Run a needle grid first: it is empty.")
             return False
-        return export_plot(self.window, self.view, path, "needle grid", empty=False)
+        return export_plot(self.host, self.view, path, "needle grid", empty=False)
 
     def export_csv_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(
-            self.window, "Export needle grid", "kvlens_probe.csv", "CSV (*.csv)"
+            self.host.widget, "Export needle grid", "kvlens_probe.csv", "CSV (*.csv)"
         )
         if path:
             self.export_csv(path)
 
     def export_image_dialog(self) -> None:
-        path = ask_image_path(self.window, "needle grid", "kvlens_needle_grid")
+        path = ask_image_path(self.host.widget, "needle grid", "kvlens_needle_grid")
         if path:
             self.export_image(path)

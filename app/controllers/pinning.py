@@ -8,20 +8,18 @@ model changes what the positions are, so it is cleared then and the status bar s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QToolBar
 
+from app.controllers.host import Host
 from app.engine.view_model import CompressionView
+from app.widgets.config_text import config_label
 from app.widgets.heatmap import VIEW_DIFF
-from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.measure.export import CONFIG_COLUMNS, stats_columns
 from kvcore.measure.metrics import kept_jaccard
-
-if TYPE_CHECKING:
-    from app.window.main_window import MainWindow
 
 PIN_SHORTCUT = "Ctrl+P"
 UNPIN_SHORTCUT = "Ctrl+Shift+P"
@@ -29,19 +27,6 @@ UNPIN_SHORTCUT = "Ctrl+Shift+P"
 
 def _keys(shortcut: str) -> str:
     return QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)
-
-
-def config_label(config: dict[str, Any]) -> str:
-    """A configuration in a few words, e.g. 'snapkv 25 % · 4-bit g64'."""
-    bits = config.get("bits") or UNQUANTIZED_BITS
-    value_bits = config.get("value_bits") or bits
-    quant = f"{bits}-bit" if bits == UNQUANTIZED_BITS else f"{bits}-bit g{config.get('group_size')}"
-    if value_bits != bits:
-        quant = f"K{bits}/V{value_bits}-bit g{config.get('group_size')}"
-    if config.get("fp_recent"):
-        quant += f" fp{config['fp_recent']}"
-    shared = "" if config.get("per_head", True) else " · shared"
-    return f"{config['method']} {100 * config['ratio']:.0f} % · {quant}{shared}"
 
 
 @dataclass(frozen=True)
@@ -79,51 +64,53 @@ def pinned_rows(view: CompressionView, pin: Pin) -> list[dict[str, Any]]:
 
 
 class PinController:
-    """The Pin / Unpin actions (Compare menu and toolbar), the pinned state, and what it adds to the views."""
+    """The Pin / Unpin actions (toolbar here; the window's Compare menu lists `actions`), the pinned state,
+    and what it adds to the views."""
 
-    def __init__(self, window: MainWindow) -> None:
-        self.window = window
+    def __init__(self, host: Host) -> None:
+        self.host = host
         self.pin_state: Pin | None = None
         self._current: CompressionView | None = None
         self.pinAction = self._action("&Pin Configuration", self.pin, PIN_SHORTCUT)
         self.pinAction.setStatusTip("Keep this configuration as B; the heatmap's Diff view compares with it")
         self.unpinAction = self._action("&Unpin", self.unpin, UNPIN_SHORTCUT)
         self.unpinAction.setStatusTip("Forget the pinned configuration")
-        menu = window.menuBar().addMenu("&Compare")
-        help_menu = next((a for a in window.menuBar().actions() if a.text() == "&Help"), None)
-        if help_menu is not None:
-            window.menuBar().insertMenu(help_menu, menu)
-        toolbar = QToolBar("Compare", window, objectName="compareToolBar")
-        for action in (self.pinAction, self.unpinAction):
-            menu.addAction(action)
+        self.actions = (self.pinAction, self.unpinAction)
+        toolbar = QToolBar("Compare", host.widget, objectName="compareToolBar")
+        for action in self.actions:
             toolbar.addAction(action)
-        window.addToolBar(toolbar)
+        host.widget.addToolBar(toolbar)
         self._update_actions()
 
+    @property
+    def current(self) -> CompressionView | None:
+        """The compression result on screen (what Pin would pin, what Save keeps); None before one is shown."""
+        return self._current
+
     def _action(self, text: str, slot, shortcut: str) -> QAction:  # noqa: ANN001
-        action = QAction(text, self.window)
+        action = QAction(text, self.host.widget)
         action.setShortcut(QKeySequence(shortcut))
         action.setToolTip(f"{text.replace('&', '')} ({_keys(shortcut)})")
         action.triggered.connect(lambda _=False: slot())
-        self.window.addAction(action)
+        self.host.widget.addAction(action)
         return action
 
     def pin(self) -> bool:
         """Pin the configuration on screen as B and switch the heatmap to the Diff view."""
         view = self._current
         if view is None:
-            self.window.status.show("Nothing to pin yet: Prefill a prompt first.")
+            self.host.status.show("Nothing to pin yet: Prefill a prompt first.")
             return False
         self.pin_state = pin_of(view)
         rows = view.n_layers * view.n_kv_heads
-        self.window.heatmap.set_pinned(self.pin_state.kept.reshape(rows, -1), self.pin_state.label)
-        self.window.heatmap.set_view(VIEW_DIFF)
-        table = self.window.statsTable
+        self.host.heatmap.set_pinned(self.pin_state.kept.reshape(rows, -1), self.pin_state.label)
+        self.host.heatmap.set_view(VIEW_DIFF)
+        table = self.host.statsTable
         table.set_rows(*self.on_compression(view))
         for column in range(len(stats_columns(pinned=False)), len(table.columns())):
             table.resizeColumnToContents(column)
         self._update_actions()
-        self.window.status.show(
+        self.host.status.show(
             f"Pinned {self.pin_state.label} as B: the Diff view and the jaccard_vs_pinned column compare "
             f"every setting with it ({_keys(UNPIN_SHORTCUT)} unpins)."
         )
@@ -135,8 +122,8 @@ class PinController:
         if view is None or pin.kept.shape != (view.n_layers, view.n_kv_heads, pin.kept.shape[2]):
             return
         self.pin_state = pin
-        self.window.heatmap.set_pinned(pin.kept.reshape(view.n_layers * view.n_kv_heads, -1), pin.label)
-        self.window.statsTable.set_rows(*self.on_compression(view))
+        self.host.heatmap.set_pinned(pin.kept.reshape(view.n_layers * view.n_kv_heads, -1), pin.label)
+        self.host.statsTable.set_rows(*self.on_compression(view))
 
     def unpin(self) -> None:
         """Forget B; the Diff view and the pinned columns go away."""
@@ -144,7 +131,7 @@ class PinController:
             return
         label = self.pin_state.label
         self._drop()
-        self.window.status.show(f"Unpinned {label}.")
+        self.host.status.show(f"Unpinned {label}.")
 
     def clear(self, reason: str) -> str:
         """Drop the pin because of `reason`; the sentence to show, or '' when nothing was pinned."""
@@ -170,10 +157,10 @@ class PinController:
 
     def _drop(self) -> None:
         self.pin_state = None
-        self.window.heatmap.set_pinned(None)
+        self.host.heatmap.set_pinned(None)
         view = self._current
         if view is not None:
-            self.window.statsTable.set_rows(view.stats_rows, stats_columns(pinned=False))
+            self.host.statsTable.set_rows(view.stats_rows, stats_columns(pinned=False))
         self._update_actions()
 
     def _update_actions(self) -> None:

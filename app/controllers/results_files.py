@@ -7,14 +7,12 @@ changes; a bad one leaves the session and the plot as they were and a dialog nam
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QFileDialog
 
+from app.controllers.host import Host
+from app.controllers.sweep import SweepController
 from kvcore.sets.results_file import read_results
-
-if TYPE_CHECKING:
-    from app.window.main_window import MainWindow
 
 OPEN_RESULTS_SHORTCUT = "Ctrl+Shift+R"
 FILTER = "Prompt-set results (*.csv *.json);;All files (*)"
@@ -23,32 +21,33 @@ FILTER = "Prompt-set results (*.csv *.json);;All files (*)"
 class ResultsFiles:
     """The Open Results action, its recent files, and what an open does to the frontier plot."""
 
-    def __init__(self, window: MainWindow) -> None:
-        self.window = window
+    def __init__(self, host: Host, sweeping: SweepController) -> None:
+        self.host = host
+        self.sweeping = sweeping
         self.last_opened: str | None = None
 
     def open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.window, "Open prompt-set results", "", FILTER)
+        path, _ = QFileDialog.getOpenFileName(self.host.widget, "Open prompt-set results", "", FILTER)
         if path:
             self.open(path)
 
     def open(self, path: str | Path) -> bool:
         """Show `path`'s configurations in the frontier plot; False (and a dialog) when it cannot."""
-        w = self.window
-        if w.sweeping.running:
-            w._error("Cannot open the results", "A sweep is drawing in the frontier plot: cancel it first.")
+        w, sweeping = self.host, self.sweeping
+        if sweeping.running:
+            w.error("Cannot open the results", "A sweep is drawing in the frontier plot: cancel it first.")
             return False
         try:
             points = read_results(path)
         except ValueError as exc:
-            w._error("Could not open the results file", str(exc))
+            w.error("Could not open the results file", str(exc))
             return False
-        w.sweeping.show_results(points, path)
+        sweeping.show_results(points, path)
         resolved = str(Path(path).resolve())
         self.last_opened = resolved
         w.settings.add_recent_results(resolved)
-        w.actions_.rebuild_recent_results(w.settings.recent_results)
-        plot = w.sweeping.plot
+        w.rebuild_recent_menus()
+        plot = sweeping.plot
         w.status.show(
             f"Opened {path}: {len(points)} configurations, {len(plot.frontier())} on the Pareto frontier."
         )

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from PySide6.QtWidgets import QFileDialog
 
-from app.controllers.pinning import Pin
+from app.controllers.host import Host
+from app.controllers.pinning import Pin, PinController
+from app.controllers.sweep import SweepController
 from app.engine import view_store
 from app.engine.jobs import SESSION
 from app.engine.thread import Job, JobContext, JobFailure, JobResult
@@ -25,9 +27,6 @@ from app.widgets.heatmap import VIEWS
 from kvcore.defaults import DEFAULT_FP_RECENT
 from kvcore.engine import session_file
 from kvcore.engine.session import Session
-
-if TYPE_CHECKING:
-    from app.window.main_window import MainWindow
 
 SAVE, OPEN = "save_session", "open_session"
 SAVE_SHORTCUT, OPEN_SHORTCUT = "Ctrl+S", "Ctrl+O"
@@ -113,8 +112,9 @@ def open_job(path: str) -> Job:
 class SessionFiles:
     """The Save Session / Open Session actions and what their results do to the window."""
 
-    def __init__(self, window: MainWindow) -> None:
-        self.window = window
+    def __init__(self, host: Host, pinning: PinController, sweeping: SweepController) -> None:
+        self.host = host
+        self.pinning, self.sweeping = pinning, sweeping
         self.last_saved: str | None = None
         self.last_opened: str | None = None
 
@@ -122,16 +122,16 @@ class SessionFiles:
 
     def save(self, path: str | Path) -> int | None:
         """Save the session on screen to `path` (.kvlens is added when missing); a message when it cannot."""
-        w = self.window
+        w = self.host
         path = Path(path)
         if path.suffix != session_file.SUFFIX:
             path = path.with_name(path.name + session_file.SUFFIX)
-        view = w.pinning._current
-        if not w._prefill_requested or view is None:
-            w._error("Nothing to save", "Prefill a prompt first: a session file keeps a prefill.")
+        view = self.pinning.current
+        if not w.prefilled or view is None:
+            w.error("Nothing to save", "Prefill a prompt first: a session file keeps a prefill.")
             return None
         if path.is_dir() or not path.parent.is_dir():
-            w._error("Could not save the session", f"{path}: choose a file name in an existing folder.")
+            w.error("Could not save the session", f"{path}: choose a file name in an existing folder.")
             return None
         fields, arrays = view_store.pack(view)
         extra: dict[str, Any] = {
@@ -143,15 +143,17 @@ class SessionFiles:
             "chat_template": w.sessionPanel.chatTemplateCheck.isChecked(),
             "system_prompt": w.sessionPanel.systemPromptEdit.text(),
         }
-        pin = w.pinning.pin_state
+        pin = self.pinning.pin_state
         if pin is not None:
             extra["pin"] = view_store._plain({"config": pin.config, "label": pin.label, "cells": pin.cells})
             arrays["pin.kept"] = pin.kept
         w.status.show(f"Saving the session to {path}…")
-        return w.engine.submit(SAVE, save_job(str(path), extra, arrays))
+        return w.engine.submit(
+            SAVE, save_job(str(path), extra, arrays), on_result=self._on_saved, on_failure=self.on_failed
+        )
 
     def save_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self.window, "Save session", "session.kvlens", FILTER)
+        path, _ = QFileDialog.getSaveFileName(self.host.widget, "Save session", "session.kvlens", FILTER)
         if path:
             self.save(path)
 
@@ -161,29 +163,31 @@ class SessionFiles:
         """Open a session file: the view comes back without a prefill; a dialog names what is wrong."""
         path = Path(path)
         if not path.is_file():
-            self.window._error("Could not open the session", f"{path}: no such file")
+            self.host.error("Could not open the session", f"{path}: no such file")
             return None
-        return self.window.engine.submit(OPEN, open_job(str(path)))
+        return self.host.engine.submit(
+            OPEN, open_job(str(path)), on_result=self._on_opened, on_failure=self.on_failed
+        )
 
     def open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.window, "Open session", "", FILTER)
+        path, _ = QFileDialog.getOpenFileName(self.host.widget, "Open session", "", FILTER)
         if path:
             self.open(path)
 
     # -- results ------------------------------------------------------------------------------------
 
-    def on_finished(self, result: JobResult) -> None:
-        w = self.window
-        if result.kind == SAVE:
-            self.last_saved = result.value
-            self._remember(result.value)
-            w.status.show(f"Saved the session to {result.value}")
-            return
+    def _on_saved(self, result: JobResult) -> None:
+        self.last_saved = result.value
+        self._remember(result.value)
+        self.host.status.show(f"Saved the session to {result.value}")
+
+    def _on_opened(self, result: JobResult) -> None:
+        w = self.host
         opened: OpenedSession = result.value
         if opened.loaded is not None:
-            w._show_loaded(opened.loaded)
-        pins = w.pinning.clear("a session was opened")
-        sweeps = w.sweeping.clear("a session was opened")
+            w.show_loaded(opened.loaded)
+        pins = self.pinning.clear("a session was opened")
+        sweeps = self.sweeping.clear("a session was opened")
         extra = opened.extra
         panel = w.sessionPanel
         panel.promptEdit.setPlainText(str(extra.get("prompt", "")))
@@ -193,14 +197,14 @@ class SessionFiles:
             panel.systemPromptEdit.setText(extra["system_prompt"])
         w.sessionPanel.set_generated(opened.sequence.tokens, opened.sequence.prompt_len)
         w.status.set_timing("prefill", opened.sequence.prefill_ms)
-        w._prefill_requested = True
+        w.prefilled = True
         self._set_controls(extra)
         if opened.view is None:
             w.request_compression()
         else:
-            w._show_compression(opened.view)
+            w.show_compression(opened.view)
             if opened.pin is not None:
-                w.pinning.restore(opened.pin)
+                self.pinning.restore(opened.pin)
             if extra.get("heatmap_view") in VIEWS:
                 w.heatmap.set_view(extra["heatmap_view"])
         self.last_opened = opened.path
@@ -211,13 +215,12 @@ class SessionFiles:
         )
 
     def _remember(self, path: str) -> None:
-        settings = self.window.settings
-        settings.add_recent_session(str(Path(path).resolve()))
-        self.window.actions_.rebuild_recent_sessions(settings.recent_sessions)
+        self.host.settings.add_recent_session(str(Path(path).resolve()))
+        self.host.rebuild_recent_menus()
 
     def _set_controls(self, extra: dict[str, Any]) -> None:
         """The saved controls, without the recompress their signals would ask for."""
-        controls = self.window.controls
+        controls = self.host.controls
         check = controls.autoRegenerateCheck
         controls.blockSignals(True)
         check.blockSignals(True)
@@ -227,14 +230,14 @@ class SessionFiles:
             if isinstance(extra.get("auto_regenerate"), bool):
                 controls.autoRegenerateCheck.setChecked(extra["auto_regenerate"])
         except ValueError as e:
-            self.window.status.warn(f"Session: saved controls not applied ({e})")
+            self.host.status.warn(f"Session: saved controls not applied ({e})")
         finally:
             controls.blockSignals(False)
             check.blockSignals(False)
 
     def on_failed(self, failure: JobFailure) -> None:
         if failure.cancelled:
-            self.window.status.show("Opening the session was cancelled; nothing changed.")
+            self.host.status.show("Opening the session was cancelled; nothing changed.")
             return
         title = "Could not save the session" if failure.kind == SAVE else "Could not open the session"
-        self.window._error(title, failure.message)
+        self.host.error(title, failure.message)

@@ -11,34 +11,31 @@ no session, so a new prefill keeps them and clicking one only says its configura
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QDockWidget, QFileDialog
 
-from app.controllers.pinning import config_label
+from app.controllers.host import Host
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
 from app.engine import jobs
 from app.engine.thread import JobFailure, JobResult
+from app.widgets.config_text import config_label
 from app.widgets.frontier import result_text
+from app.widgets.sweep_panel import SweepPanel
 from kvcore.engine.session import CompressionConfig
 from kvcore.engine.sweep import SweepPoint, check_group_size, grid, remaining_seconds
 from kvcore.measure.export import SWEEP_COLUMNS
 from kvcore.sets.results_file import ResultPoint
 
-if TYPE_CHECKING:
-    from app.window.main_window import MainWindow
-
 SWEEP_SHORTCUT = "Ctrl+Shift+F"
-KIND = "sweep"
 
 
 class SweepController:
     """Owns the sweep in flight (its request id and size) and the points the frontier plot shows."""
 
-    def __init__(self, window: MainWindow) -> None:
-        self.window = window
-        self.panel = window.sweepPanel
+    def __init__(self, host: Host, panel: SweepPanel, dock: QDockWidget) -> None:
+        self.host = host
+        self.panel, self.dock = panel, dock
         self.plot = self.panel.frontier
         self.request_id: int | None = None
         self.total = 0
@@ -48,15 +45,14 @@ class SweepController:
         self.panel.exportCsvRequested.connect(self.export_csv_dialog)
         self.plot.exportImageButton.clicked.connect(self.export_image_dialog)
         self.plot.pointClicked.connect(self.apply_point)
-        self.plot.hoverInfo.connect(window.status.show_hover)
-        window.engine.partialResult.connect(self._on_partial)
-        self.show_action = QAction("S&weep && Frontier", window)
+        self.plot.hoverInfo.connect(host.status.show_hover)
+        self.show_action = QAction("S&weep && Frontier", host.widget)
         self.show_action.setShortcut(QKeySequence(SWEEP_SHORTCUT))
         self.show_action.setStatusTip(
             "Show the Sweep dock: many configurations over one prefill, on a frontier"
         )
         self.show_action.triggered.connect(lambda _=False: self.show_dock())
-        window.addAction(self.show_action)
+        host.widget.addAction(self.show_action)
 
     @property
     def running(self) -> bool:
@@ -77,7 +73,7 @@ class SweepController:
         self.show_dock()
 
     def show_dock(self) -> None:
-        dock = self.window.sweepDock
+        dock = self.dock
         dock.show()
         dock.raise_()
         self.panel.methodsList.setFocus()
@@ -86,12 +82,12 @@ class SweepController:
 
     def run(self) -> int | None:
         """Start a sweep of the dock's grid over the current prefill; a message instead when it cannot run."""
-        w = self.window
+        w = self.host
         if self.running:
             w.status.show("A sweep is running: Cancel it first.")
             return None
-        if not w._prefill_requested:
-            w._error("Nothing to sweep", "Prefill a prompt first: a sweep compresses its cache many ways.")
+        if not w.prefilled:
+            w.error("Nothing to sweep", "Prefill a prompt first: a sweep compresses its cache many ways.")
             return None
         try:
             spec = self.panel.spec()
@@ -100,22 +96,28 @@ class SweepController:
             if w.model_info is not None:
                 check_group_size(configs, w.model_info.head_dim, w.model_info.value_dim)
         except ValueError as exc:
-            w._error("Cannot run the sweep", str(exc))
+            w.error("Cannot run the sweep", str(exc))
             return None
         self.plot.clear()
         self.results_path = None
         self.total = len(configs)
         self.panel.set_running(True, self.total)
-        self.request_id = w.engine.submit(KIND, jobs.sweep([c.to_dict() for c in configs]))
+        self.request_id = w.engine.submit(
+            jobs.SWEEP,
+            jobs.sweep([c.to_dict() for c in configs]),
+            on_result=self.on_finished,
+            on_failure=self.on_failed,
+            on_partial=self._on_partial,
+        )
         self.show_dock()
         return self.request_id
 
     def cancel(self) -> None:
         """Stop the sweep; the points already drawn stay. Thread-safe (only sets the job's cancel event)."""
-        self.window.engine.cancel(KIND)
+        self.host.engine.cancel(jobs.SWEEP)
 
     def _on_partial(self, result: JobResult) -> None:
-        if result.kind != KIND or result.request_id != self.request_id:
+        if result.request_id != self.request_id:
             return
         self.plot.add_point(result.value)
         points = self.points()
@@ -140,10 +142,10 @@ class SweepController:
         n = len(self.points())
         if failure.cancelled:
             self.panel.set_status(f"Cancelled after {n} of {self.total} points; they stay.")
-            self.window.status.show(f"Sweep cancelled after {n} of {self.total} points.")
+            self.host.status.show(f"Sweep cancelled after {n} of {self.total} points.")
         else:
             self.panel.set_status(f"Stopped after {n} of {self.total} points: {failure.message}")
-            self.window._error("Sweep failed", failure.message)
+            self.host.error("Sweep failed", failure.message)
 
     def clear(self, reason: str) -> str:
         """Forget the sweep (cancelling one in flight); returns what to tell the user ("" if there was none).
@@ -164,7 +166,7 @@ class SweepController:
     def apply_point(self, index: int) -> None:
         """Set the controls to point `index`'s configuration; the recompress redraws everything (no prefill)."""
         point = self.points()[index]
-        w = self.window
+        w = self.host
         if isinstance(point, ResultPoint):
             w.status.show(
                 f"{result_text(point)} (from {self.results_path.name}: a results file has no session here, "
@@ -183,9 +185,9 @@ class SweepController:
 
     def export_csv(self, path: str | Path) -> bool:
         """Write the sweep with `kvlens sweep`'s columns; a message instead of an exception on failure."""
-        w = self.window
+        w = self.host
         if self.plot.showing_results():
-            w._error(
+            w.error(
                 "Nothing to export",
                 f"The plot shows {self.results_path}: that file already holds these results. Run a sweep to "
                 "export a new one.",
@@ -199,16 +201,18 @@ class SweepController:
 
     def export_image(self, path: str | Path) -> bool:
         if not self.plot.has_data():
-            self.window._error("Nothing to export", "Run a sweep first: the frontier plot is empty.")
+            self.host.error("Nothing to export", "Run a sweep first: the frontier plot is empty.")
             return False
-        return export_plot(self.window, self.plot, path, "frontier plot", empty=False)
+        return export_plot(self.host, self.plot, path, "frontier plot", empty=False)
 
     def export_csv_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self.window, "Export sweep", "kvlens_sweep.csv", "CSV (*.csv)")
+        path, _ = QFileDialog.getSaveFileName(
+            self.host.widget, "Export sweep", "kvlens_sweep.csv", "CSV (*.csv)"
+        )
         if path:
             self.export_csv(path)
 
     def export_image_dialog(self) -> None:
-        path = ask_image_path(self.window, "frontier plot", "kvlens_frontier")
+        path = ask_image_path(self.host.widget, "frontier plot", "kvlens_frontier")
         if path:
             self.export_image(path)

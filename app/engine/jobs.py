@@ -20,6 +20,9 @@ from kvcore.probes.needle_grid import GridCell, run_grid
 
 SESSION = "session"
 
+#: The kinds of job (EngineThread.submit): one job of a kind runs at a time, a newer one supersedes the older.
+LOAD, PREFILL, EXTEND, COMPRESS, SWEEP, NEEDLES = "load", "prefill", "extend", "compress", "sweep", "needles"
+
 
 def _session(ctx: JobContext) -> Session:
     session = ctx.state.get(SESSION)

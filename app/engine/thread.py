@@ -3,6 +3,9 @@
 Since mlx 0.31.2 streams belong to a thread: a model loaded on one thread fails on another. So every job —
 loading included — runs here, in order. Jobs of a coalescing kind (slider moves) replace a pending job of the
 same kind, and a result that a newer request of its kind has superseded is dropped, never emitted.
+
+Whoever submits a job hands it the callbacks for its result, its failure and its published partial results; they
+run on the GUI thread, so no one dispatches on a job's kind.
 """
 
 from __future__ import annotations
@@ -67,6 +70,15 @@ class JobFailure:
 Job = Callable[[JobContext], Any]
 
 
+@dataclass(frozen=True)
+class Callbacks:
+    """What the submitter runs, on the GUI thread, when its job publishes, finishes or fails."""
+
+    on_result: Callable[[JobResult], None] | None = None
+    on_failure: Callable[[JobFailure], None] | None = None
+    on_partial: Callable[[JobResult], None] | None = None
+
+
 class EngineThread(QThread):
     """Runs submitted jobs one at a time on a single thread; signals reach the GUI through queued connections."""
 
@@ -75,6 +87,7 @@ class EngineThread(QThread):
     failed = Signal(object)
     progressed = Signal(int, str, float)
     busyChanged = Signal(bool, str)
+    _discarded = Signal(int)  # a finished job whose result a newer request superseded: forget its callbacks
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -86,15 +99,34 @@ class EngineThread(QThread):
         self._current: JobContext | None = None
         self._stopping = False
         self._state: dict = {}
+        self._callbacks: dict[int, Callbacks] = {}
         self.thread_ident: int | None = None
+        # Queued connections (this object lives on the GUI thread): the callbacks run there, in emission order.
+        self.resultReady.connect(self._deliver_result)
+        self.failed.connect(self._deliver_failure)
+        self.partialResult.connect(self._deliver_partial)
+        self._discarded.connect(self._forget)
 
-    def submit(self, kind: str, job: Job, coalesce: bool = False) -> int:
-        """Queue `job`; with coalesce, a not-yet-started job of the same kind is replaced. Returns its id."""
+    def submit(
+        self,
+        kind: str,
+        job: Job,
+        coalesce: bool = False,
+        on_result: Callable[[JobResult], None] | None = None,
+        on_failure: Callable[[JobFailure], None] | None = None,
+        on_partial: Callable[[JobResult], None] | None = None,
+    ) -> int:
+        """Queue `job`; with coalesce, a not-yet-started job of the same kind is replaced. Returns its id.
+
+        on_result gets its result while it is the newest of its kind, on_failure its failure or cancellation,
+        on_partial what it publishes; all on the GUI thread. A job dropped before it starts calls none."""
         with self._cv:
             rid = next(self._ids)
             if coalesce:
-                self._pending = deque(p for p in self._pending if p[1] != kind)
+                self._drop_pending(lambda p: p[1] == kind)
             self._pending.append((rid, kind, job))
+            if on_result or on_failure or on_partial:
+                self._callbacks[rid] = Callbacks(on_result, on_failure, on_partial)
             self._latest[kind] = rid
             self._cv.notify()
         return rid
@@ -111,17 +143,14 @@ class EngineThread(QThread):
 
         Thread-safe: it only sets an event and edits the queue under the lock."""
         with self._cv:
-            if kind is None:
-                self._pending.clear()
-            else:
-                self._pending = deque(p for p in self._pending if p[1] != kind)
+            self._drop_pending(lambda p: kind is None or p[1] == kind)
             if self._current is not None and kind in (None, self._current.kind):
                 self._current._cancel.set()
 
     def shutdown(self, timeout_ms: int = 10000) -> None:
         with self._cv:
             self._stopping = True
-            self._pending.clear()
+            self._drop_pending(lambda p: True)
             if self._current is not None:
                 self._current._cancel.set()
             self._cv.notify()
@@ -150,12 +179,49 @@ class EngineThread(QThread):
             else:
                 if self.is_current(rid, kind):
                     self.resultReady.emit(JobResult(rid, kind, value, time.perf_counter() - start))
+                else:
+                    self._discarded.emit(rid)
             finally:
                 with self._cv:
                     self._current = None
                     idle = not self._pending
                 if idle:
                     self.busyChanged.emit(False, "")
+
+    def _drop_pending(self, drop: Callable[[tuple[int, str, Job]], bool]) -> None:
+        """Remove the pending jobs `drop` picks, and their callbacks (call with the lock held)."""
+        kept: deque[tuple[int, str, Job]] = deque()
+        for entry in self._pending:
+            if drop(entry):
+                self._callbacks.pop(entry[0], None)
+            else:
+                kept.append(entry)
+        self._pending = kept
+
+    # -- the GUI side: each job's own callbacks -------------------------------------------------------
+
+    def _take(self, request_id: int) -> Callbacks | None:
+        with self._cv:
+            return self._callbacks.pop(request_id, None)
+
+    def _forget(self, request_id: int) -> None:
+        self._take(request_id)
+
+    def _deliver_result(self, result: JobResult) -> None:
+        callbacks = self._take(result.request_id)
+        if callbacks and callbacks.on_result and self.is_current(result.request_id, result.kind):
+            callbacks.on_result(result)
+
+    def _deliver_failure(self, failure: JobFailure) -> None:
+        callbacks = self._take(failure.request_id)
+        if callbacks and callbacks.on_failure:
+            callbacks.on_failure(failure)
+
+    def _deliver_partial(self, result: JobResult) -> None:
+        with self._cv:
+            callbacks = self._callbacks.get(result.request_id)
+        if callbacks and callbacks.on_partial:
+            callbacks.on_partial(result)
 
 
 def _message(exc: BaseException) -> str:

@@ -18,7 +18,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
 
-from app.controllers.pinning import config_label
+from app.widgets.config_text import config_label
 from app.widgets.plot_export import export_graphics
 from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.engine.sweep import SweepPoint

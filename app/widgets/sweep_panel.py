@@ -11,16 +11,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.widgets.config_text import parse_bits
 from app.widgets.controls import GROUP_SIZES
 from app.widgets.frontier import FrontierPlot
 from app.widgets.method_list import MethodChecklist, RunPanel
 from kvcore.defaults import (
-    ALLOWED_BITS,
     DEFAULT_GROUP_SIZE,
     DEFAULT_SWEEP_BITS,
     DEFAULT_SWEEP_METHODS,
     DEFAULT_SWEEP_RATIOS,
-    UNQUANTIZED_BITS,
 )
 from kvcore.engine.sweep import parse_ratios
 from kvcore.methods import available
@@ -39,23 +38,6 @@ class SweepSpec:
     @property
     def size(self) -> int:
         return len(self.methods) * len(self.ratios) * len(self.bits)
-
-
-def parse_bits(text: str) -> list[int]:
-    """Bit widths from "4,8,16" (16 = unquantized); ValueError with the allowed values otherwise."""
-    allowed = (*ALLOWED_BITS, UNQUANTIZED_BITS)
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"bits {text!r}: expected comma-separated whole numbers such as 4,8,16") from None
-    if not values:
-        raise ValueError("no bit widths given: write e.g. 16 (unquantized) or 4,8,16")
-    bad = [v for v in values if v not in allowed]
-    if bad:
-        raise ValueError(
-            f"bits {bad[0]} is not possible: choose from {', '.join(map(str, allowed))} (16 = none)"
-        )
-    return list(dict.fromkeys(values))
 
 
 class SweepPanel(RunPanel):

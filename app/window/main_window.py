@@ -21,6 +21,7 @@ from app.controllers.results_files import ResultsFiles
 from app.controllers.session_files import OPEN, SAVE, SessionFiles
 from app.controllers.sweep import SweepController
 from app.engine import jobs
+from app.engine.jobs import COMPRESS, EXTEND, LOAD, NEEDLES, PREFILL, SWEEP
 from app.engine.thread import EngineThread, JobFailure, JobResult
 from app.engine.view_model import CompressionView, LoadedModel, SequenceView
 from app.settings import Settings
@@ -29,9 +30,10 @@ from app.widgets.controls import DEFAULTS, CompressionControls
 from app.widgets.heatmap import RetentionHeatmap
 from app.widgets.needle_panel import NeedlePanel
 from app.widgets.session_panel import SessionPanel, find_cached_models
+from app.widgets.status_area import StatusArea
 from app.widgets.sweep_panel import SweepPanel
 from app.window.arrow_keys import ArrowKeyGuard
-from app.window.parts import StatsPane, StatusArea, build_menus
+from app.window.parts import StatsPane, build_menus
 from kvcore.defaults import DEFAULT_CONTINUATION_TOKENS
 from kvcore.model import checks as model_checks
 from kvcore.resources import demo_model_dir, prompts_dir, resources_dir
@@ -39,11 +41,11 @@ from kvcore.resources import demo_model_dir, prompts_dir, resources_dir
 DEFAULT_SIZE = (1440, 900)
 #: Jobs long enough that the run buttons wait for them (a recompress does not block Prefill).
 LONG_KINDS = {
-    "load": "Loading model",
-    "prefill": "Prefilling",
-    "extend": "Generating",
-    "sweep": "Sweeping",
-    "needles": "Running the needle grid",
+    LOAD: "Loading model",
+    PREFILL: "Prefilling",
+    EXTEND: "Generating",
+    SWEEP: "Sweeping",
+    NEEDLES: "Running the needle grid",
     OPEN: "Opening the session",
     SAVE: "Saving the session",
 }
@@ -61,7 +63,9 @@ def default_model() -> str | None:
 
 
 class MainWindow(QMainWindow):
-    """KV Lens: session panel left, heatmap centre, controls and metrics right, text and table below."""
+    """KV Lens: session panel left, heatmap centre, controls and metrics right, text and table below.
+
+    Its controllers see it as an app.controllers.host.Host; each job it submits carries its own callbacks."""
 
     def __init__(
         self,
@@ -80,13 +84,11 @@ class MainWindow(QMainWindow):
         self.displayed_ids: list[int] = []  # every compress request id drawn, in order (tests assert on it)
         self.last_error: str | None = None
         self.model_info = None
-        self._prefill_requested = False
+        self.prefilled = False  # a prefill was asked for and stands (Host.prefilled)
         self._message_box: QMessageBox | None = None
         self._shut_down = False
 
         self.engine = EngineThread(self)
-        self.engine.resultReady.connect(self._on_result)
-        self.engine.failed.connect(self._on_failed)
         self.engine.progressed.connect(self._on_progress)
         self.engine.busyChanged.connect(self._on_busy)
         self.engine.start()
@@ -95,12 +97,12 @@ class MainWindow(QMainWindow):
             app.aboutToQuit.connect(self.shut_down)
 
         self._build_ui()
-        self.sweeping = SweepController(self)
-        self.needles = NeedleController(self)
-        self.session_files = SessionFiles(self)
-        self.results_files = ResultsFiles(self)
-        self.actions_ = build_menus(self)
+        self.sweeping = SweepController(self, self.sweepPanel, self.sweepDock)
+        self.needles = NeedleController(self, self.needlePanel, self.needleDock)
         self.pinning = PinController(self)
+        self.session_files = SessionFiles(self, self.pinning, self.sweeping)
+        self.results_files = ResultsFiles(self, self.sweeping)
+        self.actions_ = build_menus(self)
         self._guard = ArrowKeyGuard(self)
         self._guard.protect(self)
         settings_warning = self._restore_settings() or settings_warning
@@ -165,6 +167,23 @@ class MainWindow(QMainWindow):
         self.statsPane.exportImageButton.clicked.connect(self.export_image_dialog)
         self.comparison.strip.exportButton.clicked.connect(self.export_strip_dialog)
 
+    @property
+    def widget(self) -> QMainWindow:
+        """The window as a Qt parent (Host.widget): itself."""
+        return self
+
+    def docks(self) -> list[QDockWidget]:
+        """The docks in the order the View menu lists them."""
+        return [
+            self.sessionDock,
+            self.controlsDock,
+            self.metricsDock,
+            self.comparisonDock,
+            self.statsDock,
+            self.sweepDock,
+            self.needleDock,
+        ]
+
     def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self, objectName=f"{widget.objectName() or title}Dock")
         dock.setWidget(widget)
@@ -180,31 +199,36 @@ class MainWindow(QMainWindow):
         """Load a model folder, cached model or repo id; the current session stays until it succeeds."""
         spec = str(spec).strip()
         if not spec:
-            self._error("No model chosen", "Choose a model folder, a cached model or the demo model.")
+            self.error("No model chosen", "Choose a model folder, a cached model or the demo model.")
             return None
-        return self.engine.submit("load", jobs.load(spec))
+        return self.engine.submit(
+            LOAD, jobs.load(spec), on_result=self._on_loaded, on_failure=self._on_failed
+        )
 
     def prefill(self, prompt: str | None = None) -> int | None:
         """Prefill `prompt` (default: the editor's text), then compress and regenerate with the controls."""
         text = self.sessionPanel.promptEdit.toPlainText() if prompt is None else prompt
         if not text.strip():
-            self._error("Empty prompt", "Type a prompt (or pick a sample prompt) before Prefill.")
+            self.error("Empty prompt", "Type a prompt (or pick a sample prompt) before Prefill.")
             return None
-        if self.model_info is None and self.engine.latest_id("load") is None:
-            self._error("No model loaded", "Load a model before Prefill.")
+        if self.model_info is None and self.engine.latest_id(LOAD) is None:
+            self.error("No model loaded", "Load a model before Prefill.")
             return None
         info = self.model_info
         refusal = info and model_checks.quantized_kv_refusal(
             info.model_type, info.attention_sinks, bool(info.latent_rope_dim)
         )
         if refusal and self.controls.quantized():
-            self._error("Quantized KV is not possible", refusal)
+            self.error("Quantized KV is not possible", refusal)
             return None
         use_template, system = self.sessionPanel.chat_template()
         rid = self.engine.submit(
-            "prefill", jobs.prefill(text, self.continuation_tokens, use_template, system)
+            PREFILL,
+            jobs.prefill(text, self.continuation_tokens, use_template, system),
+            on_result=self._on_prefilled,
+            on_failure=self._on_failed,
         )
-        self._prefill_requested = True
+        self.prefilled = True
         self.request_compression()
         return rid
 
@@ -214,26 +238,30 @@ class MainWindow(QMainWindow):
 
     def generate(self, n: int | None = None) -> int | None:
         """Extend the dense continuation by n tokens (default: the panel's count) and recompress."""
-        if not self._prefill_requested:
+        if not self.prefilled:
             self.status.show("Prefill a prompt first.")
             return None
         n = self.sessionPanel.generateCountSpin.value() if n is None else int(n)
-        rid = self.engine.submit("extend", jobs.extend(n))
+        rid = self.engine.submit(
+            EXTEND, jobs.extend(n), on_result=self._on_extended, on_failure=self._on_failed
+        )
         self.request_compression()
         return rid
 
     def request_compression(self, *_: Any, regenerate: bool | None = None) -> int | None:
         """Recompress with the current controls (coalesced: a newer request replaces a pending one); regenerate
         as the Auto-regenerate box says unless `regenerate` is given."""
-        if not self._prefill_requested:
+        if not self.prefilled:
             return None
         engine = self.engine
         job = jobs.compress(
             self.controls.config(),
             self.controls.auto_regenerate() if regenerate is None else regenerate,
-            is_current=lambda rid: engine.is_current(rid, "compress"),
+            is_current=lambda rid: engine.is_current(rid, COMPRESS),
         )
-        return self.engine.submit("compress", job, coalesce=True)
+        return self.engine.submit(
+            COMPRESS, job, coalesce=True, on_result=self._on_compressed, on_failure=self._on_failed
+        )
 
     def cancel(self) -> None:
         """Stop the running job and drop the queued ones."""
@@ -282,31 +310,44 @@ class MainWindow(QMainWindow):
 
     # -- results (GUI thread) --------------------------------------------------------------------------
 
-    def _on_result(self, result: JobResult) -> None:
-        if not self.engine.is_current(result.request_id, result.kind):
-            return
-        value = result.value
-        if result.kind == "load":
-            self._prefill_requested = (self.engine.latest_id("prefill") or 0) > result.request_id
-            self._show_loaded(value)
-        elif result.kind in ("prefill", "extend") and value is not None:
-            self._show_sequence(value, result.kind)
-        elif result.kind == "compress" and value is not None:
-            self._show_compression(value)
-        elif result.kind == "sweep":
-            self.sweeping.on_finished(result)
-        elif result.kind == "needles":
-            self.needles.on_finished(result)
-        elif result.kind in (OPEN, SAVE):
-            self.session_files.on_finished(result)
+    # Each runs only while its request is the newest of its kind (EngineThread drops superseded results).
 
-    def _show_loaded(self, loaded: LoadedModel) -> None:
+    def _on_loaded(self, result: JobResult) -> None:
+        self.prefilled = (self.engine.latest_id(PREFILL) or 0) > result.request_id
+        self.show_loaded(result.value)
+
+    def _on_prefilled(self, result: JobResult) -> None:
+        seq: SequenceView = result.value
+        self.sessionPanel.set_generated(seq.tokens, seq.prompt_len)
+        self.prefilled = True
+        self.status.set_timing("prefill", seq.prefill_ms)
+        cleared = self.pinning.clear("a new prefill has other positions")
+        cleared = f"{cleared} {self.sweeping.clear('it was measured on another prefill')}".strip()
+        self.status.show(
+            f"Prefilled {seq.prompt_len} tokens; the dense continuation is the reference. {cleared}".strip()
+        )
+
+    def _on_extended(self, result: JobResult) -> None:
+        seq: SequenceView | None = result.value
+        if seq is None:  # nothing was prefilled to extend
+            return
+        self.sessionPanel.set_generated(seq.tokens, seq.prompt_len)
+        cleared = self.sweeping.clear("it was measured on a shorter continuation")
+        if cleared:
+            self.status.show(cleared)
+
+    def _on_compressed(self, result: JobResult) -> None:
+        if result.value is not None:
+            self.show_compression(result.value)
+
+    def show_loaded(self, loaded: LoadedModel) -> None:
+        """Show a model that is now the engine's: title, recent models, controls; what it cleared is said."""
         info = loaded.info
         self.model_info = info
         self.setWindowTitle(f"KV Lens — {info.name}")
         self.settings.add_recent_model(loaded.spec)
         self._refresh_model_list(loaded.spec)
-        self.actions_.rebuild_recent(self.settings.recent_models)
+        self.rebuild_recent_menus()
         self.sessionPanel.set_model_loaded(info.name)
         self.sessionPanel.set_chat_template_available(info.has_chat_template)
         self.controls.set_head_dim(info.head_dim, info.value_dim)
@@ -329,6 +370,13 @@ class MainWindow(QMainWindow):
             f"({native_shortcut('Ctrl+Return')}). {cleared}".strip()
         )
 
+    def rebuild_recent_menus(self) -> None:
+        """Refill File ▸ Open Recent, Open Recent Session and Open Recent Results from the settings."""
+        s = self.settings
+        self.actions_.rebuild_recent(s.recent_models)
+        self.actions_.rebuild_recent_sessions(s.recent_sessions)
+        self.actions_.rebuild_recent_results(s.recent_results)
+
     def _refresh_model_list(self, selected: str) -> None:
         panel = self.sessionPanel
         panel.set_models(default_model(), self.settings.recent_models, find_cached_models())
@@ -336,22 +384,8 @@ class MainWindow(QMainWindow):
         if index >= 0:
             panel.modelCombo.setCurrentIndex(index)
 
-    def _show_sequence(self, seq: SequenceView, kind: str) -> None:
-        self.sessionPanel.set_generated(seq.tokens, seq.prompt_len)
-        if kind == "prefill":
-            self._prefill_requested = True
-            self.status.set_timing("prefill", seq.prefill_ms)
-            cleared = self.pinning.clear("a new prefill has other positions")
-            cleared = f"{cleared} {self.sweeping.clear('it was measured on another prefill')}".strip()
-            self.status.show(
-                f"Prefilled {seq.prompt_len} tokens; the dense continuation is the reference. {cleared}".strip()
-            )
-        else:
-            cleared = self.sweeping.clear("it was measured on a shorter continuation")
-            if cleared:
-                self.status.show(cleared)
-
-    def _show_compression(self, view: CompressionView) -> None:
+    def show_compression(self, view: CompressionView) -> None:
+        """Draw a compression result in the heatmap, table, metrics and continuations (Host.show_compression)."""
         self.heatmap.set_data(
             view.kept,
             view.row_labels,
@@ -385,31 +419,23 @@ class MainWindow(QMainWindow):
         self.displayed_ids.append(view.request_id)
 
     def _on_failed(self, failure: JobFailure) -> None:
-        if failure.kind == "sweep":
-            self.sweeping.on_failed(failure)
-            return
-        if failure.kind == "needles":
-            self.needles.on_failed(failure)
-            return
-        if failure.kind in (OPEN, SAVE):
-            self.session_files.on_failed(failure)
-            return
-        if failure.kind == "prefill" and self.engine.is_current(failure.request_id, "prefill"):
-            self._prefill_requested = self.pinning._current is not None  # the previous prefill, if any, stays
+        """A load, prefill, extend or compress that failed or was cancelled (the window's own jobs)."""
+        if failure.kind == PREFILL and self.engine.is_current(failure.request_id, PREFILL):
+            self.prefilled = self.pinning.current is not None  # the previous prefill, if any, stays
         if failure.cancelled:
             self.status.show(f"{failure.kind.capitalize()} cancelled.")
             return
-        if failure.kind == "compress":
-            if self.engine.is_current(failure.request_id, "compress"):
+        if failure.kind == COMPRESS:
+            if self.engine.is_current(failure.request_id, COMPRESS):
                 self.last_error = failure.message
                 self.status.warn(f"Compression: {failure.message}")
             return
         title = {
-            "load": "Could not load the model",
-            "prefill": "Could not prefill",
-            "extend": "Could not generate",
+            LOAD: "Could not load the model",
+            PREFILL: "Could not prefill",
+            EXTEND: "Could not generate",
         }
-        self._error(title.get(failure.kind, "Error"), failure.message)
+        self.error(title.get(failure.kind, "Error"), failure.message)
 
     def _on_progress(self, request_id: int, text: str, fraction: float) -> None:
         if text:
@@ -420,13 +446,13 @@ class MainWindow(QMainWindow):
         long_job = busy and kind in LONG_KINDS
         self.sessionPanel.set_busy(long_job, LONG_KINDS.get(kind, "") + "…" if long_job else "")
         self.status.set_busy(
-            ("Recompressing…" if kind == "compress" else LONG_KINDS.get(kind, kind) + "…") if busy else ""
+            ("Recompressing…" if kind == COMPRESS else LONG_KINDS.get(kind, kind) + "…") if busy else ""
         )
 
     def _on_token_hovered(self, position: int) -> None:
         self.heatmap.highlight_position(position if position >= 0 else None)
 
-    def _error(self, title: str, text: str) -> None:
+    def error(self, title: str, text: str) -> None:
         """A clear message in the status bar and a window-modal box that does not block the event loop."""
         self.last_error = text
         self.status.warn(f"{title}: {text}")

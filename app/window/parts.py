@@ -1,80 +1,67 @@
-"""The main window's smaller pieces: menus and shortcuts, the status bar, the statistics pane.
+"""The main window's smaller pieces: menus and shortcuts, the statistics pane.
 
-Kept apart from main_window.py so that file reads as the request/result flow only.
+Kept apart from main_window.py so that file reads as the request/result flow only. The menus name what they
+need of the window as a protocol (MenuOwner), so this module does not import the window that imports it.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
+    QDockWidget,
     QHBoxLayout,
-    QLabel,
+    QMainWindow,
     QMenu,
     QMessageBox,
     QPushButton,
-    QStatusBar,
     QVBoxLayout,
     QWidget,
 )
 
-from app.controllers.results_files import OPEN_RESULTS_SHORTCUT
-from app.controllers.session_files import OPEN_SHORTCUT, SAVE_SHORTCUT
+from app.controllers.needle_grid import NeedleController
+from app.controllers.pinning import PinController
+from app.controllers.results_files import OPEN_RESULTS_SHORTCUT, ResultsFiles
+from app.controllers.session_files import OPEN_SHORTCUT, SAVE_SHORTCUT, SessionFiles
+from app.controllers.sweep import SweepController
+from app.settings import Settings
 from app.widgets.stats_table import StatsTable
 from kvcore import __version__
 
-if TYPE_CHECKING:
-    from app.window.main_window import MainWindow
 
-_MESSAGE_MS = 8000
-_WARNING_MS = 20000
+class MenuOwner(Protocol):
+    """What the menus open, run and show of the window (MainWindow implements it)."""
 
+    settings: Settings
+    session_files: SessionFiles
+    results_files: ResultsFiles
+    sweeping: SweepController
+    needles: NeedleController
+    pinning: PinController
 
-class StatusArea:
-    """Messages (hover info, results, warnings) on the left; busy state and timings as permanent labels."""
+    @property
+    def widget(self) -> QMainWindow: ...
 
-    def __init__(self, bar: QStatusBar) -> None:
-        self.bar = bar
-        self.busyLabel = QLabel(objectName="statusBusyLabel")
-        self.timingLabel = QLabel(objectName="statusTimingLabel")
-        bar.addPermanentWidget(self.busyLabel)
-        bar.addPermanentWidget(self.timingLabel)
-        self.last_warning: str | None = None
-        self._timings: dict[str, float] = {}
-        self._warning_until = 0.0
+    def docks(self) -> list[QDockWidget]: ...
 
-    def show(self, text: str) -> None:
-        """A passing message; it waits while a warning is fresh, so a warning is never wiped unread."""
-        if time.monotonic() < self._warning_until:
-            return
-        self.bar.showMessage(text, _MESSAGE_MS)
+    def load_model(self, spec: str) -> int | None: ...
 
-    def warn(self, text: str) -> None:
-        """A message that stays longer and is remembered (tests and the user can read it back)."""
-        self.last_warning = text
-        self._warning_until = time.monotonic() + _MESSAGE_MS / 1000
-        self.bar.showMessage(f"⚠ {text}", _WARNING_MS)
+    def open_model_dialog(self) -> None: ...
 
-    def show_hover(self, text: str) -> None:
-        if text:
-            self.bar.showMessage(text)
-        else:
-            self.bar.clearMessage()
+    def export_csv_dialog(self) -> None: ...
 
-    def set_busy(self, text: str) -> None:
-        self.busyLabel.setText(text)
+    def export_image_dialog(self) -> None: ...
 
-    def set_timing(self, name: str, ms: float | None) -> None:
-        """Keep the latest prefill / recompress / regenerate time in the permanent label."""
-        if ms is None:
-            self._timings.pop(name, None)
-        else:
-            self._timings[name] = float(ms)
-        self.timingLabel.setText(" · ".join(f"{k} {v:,.0f} ms" for k, v in self._timings.items()))
+    def prefill(self, prompt: str | None = None) -> int | None: ...
+
+    def step(self) -> int | None: ...
+
+    def generate(self, n: int | None = None) -> int | None: ...
+
+    def cancel(self) -> None: ...
 
 
 class StatsPane(QWidget):
@@ -118,19 +105,19 @@ class WindowActions:
     step: QAction
     generate: QAction
     cancel: QAction
-    window: MainWindow
+    owner: MenuOwner
 
     def rebuild_recent(self, models: list[str]) -> None:
         """Refill File ▸ Open Recent."""
-        _fill(self.recent_menu, models, self.window.load_model)
+        _fill(self.recent_menu, models, self.owner.load_model)
 
     def rebuild_recent_sessions(self, paths: list[str]) -> None:
         """Refill File ▸ Open Recent Session."""
-        _fill(self.recent_sessions, paths, self.window.session_files.open)
+        _fill(self.recent_sessions, paths, self.owner.session_files.open)
 
     def rebuild_recent_results(self, paths: list[str]) -> None:
         """Refill File ▸ Open Recent Results."""
-        _fill(self.recent_results, paths, self.window.results_files.open)
+        _fill(self.recent_results, paths, self.owner.results_files.open)
 
 
 def _fill(menu: QMenu, items: list[str], open_item: Callable[[str], object]) -> None:
@@ -154,15 +141,16 @@ def _action(
     return action
 
 
-def build_menus(window: MainWindow) -> WindowActions:
-    """File, Session, View and Help menus with the shortcuts a Mac user expects (Ctrl is Cmd there)."""
+def build_menus(owner: MenuOwner) -> WindowActions:
+    """File, Session, View, Compare and Help menus with the shortcuts a Mac user expects (Ctrl is Cmd there)."""
+    window = owner.widget
     bar = window.menuBar()
     file_menu = bar.addMenu("&File")
-    open_model = _action(window, "&Open Model Folder…", window.open_model_dialog, "Ctrl+Shift+O")
+    open_model = _action(window, "&Open Model Folder…", owner.open_model_dialog, "Ctrl+Shift+O")
     file_menu.addAction(open_model)
     recent_menu = file_menu.addMenu("Open &Recent")
     file_menu.addSeparator()
-    files = window.session_files
+    files = owner.session_files
     open_session = _action(
         window, "Open &Session…", files.open_dialog, OPEN_SHORTCUT, "Open a saved prefill: no new prefill"
     )
@@ -176,7 +164,7 @@ def build_menus(window: MainWindow) -> WindowActions:
     open_results = _action(
         window,
         "Open Resul&ts…",
-        window.results_files.open_dialog,
+        owner.results_files.open_dialog,
         OPEN_RESULTS_SHORTCUT,
         "Show a prompt-set results file (kvlens sweep --prompts) on the frontier, with intervals",
     )
@@ -184,10 +172,10 @@ def build_menus(window: MainWindow) -> WindowActions:
     recent_results = file_menu.addMenu("Open Recent Res&ults")
     file_menu.addSeparator()
     export_csv = _action(
-        window, "Export &CSV…", window.export_csv_dialog, "Ctrl+E", "Save the statistics table"
+        window, "Export &CSV…", owner.export_csv_dialog, "Ctrl+E", "Save the statistics table"
     )
     export_image = _action(
-        window, "Export &Image…", window.export_image_dialog, "Ctrl+Shift+E", "Save the heatmap as PNG or SVG"
+        window, "Export &Image…", owner.export_image_dialog, "Ctrl+Shift+E", "Save the heatmap as PNG or SVG"
     )
     file_menu.addAction(export_csv)
     file_menu.addAction(export_image)
@@ -197,32 +185,28 @@ def build_menus(window: MainWindow) -> WindowActions:
     file_menu.addAction(quit_action)
 
     session_menu = bar.addMenu("&Session")
-    prefill = _action(window, "&Prefill", window.prefill, "Ctrl+Return", "Prefill the prompt, then compress")
+    prefill = _action(window, "&Prefill", owner.prefill, "Ctrl+Return", "Prefill the prompt, then compress")
     prefill.setShortcuts([QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")])
     step = _action(
-        window, "&Step", window.step, "Right", "Generate one more token (→ when no editor has focus)"
+        window, "&Step", owner.step, "Right", "Generate one more token (→ when no editor has focus)"
     )
     generate = _action(
-        window, "&Generate N", window.generate, "Ctrl+G", "Generate the panel's count of tokens"
+        window, "&Generate N", owner.generate, "Ctrl+G", "Generate the panel's count of tokens"
     )
-    cancel = _action(window, "&Cancel", window.cancel, "Esc", "Stop the running job")
+    cancel = _action(window, "&Cancel", owner.cancel, "Esc", "Stop the running job")
     for action in (prefill, step, generate, cancel):
         session_menu.addAction(action)
 
     view_menu = bar.addMenu("&View")
-    for dock in (
-        window.sessionDock,
-        window.controlsDock,
-        window.metricsDock,
-        window.comparisonDock,
-        window.statsDock,
-        window.sweepDock,
-        window.needleDock,
-    ):
+    for dock in owner.docks():
         view_menu.addAction(dock.toggleViewAction())
     view_menu.addSeparator()
-    view_menu.addAction(window.sweeping.show_action)
-    view_menu.addAction(window.needles.show_action)
+    view_menu.addAction(owner.sweeping.show_action)
+    view_menu.addAction(owner.needles.show_action)
+
+    compare_menu = bar.addMenu("&Compare")
+    for action in owner.pinning.actions:
+        compare_menu.addAction(action)
 
     help_menu = bar.addMenu("&Help")
     about = _action(window, "&About KV Lens", lambda: _about(window))
@@ -244,11 +228,11 @@ def build_menus(window: MainWindow) -> WindowActions:
         step,
         generate,
         cancel,
-        window,
+        owner,
     )
-    actions.rebuild_recent(window.settings.recent_models)
-    actions.rebuild_recent_sessions(window.settings.recent_sessions)
-    actions.rebuild_recent_results(window.settings.recent_results)
+    actions.rebuild_recent(owner.settings.recent_models)
+    actions.rebuild_recent_sessions(owner.settings.recent_sessions)
+    actions.rebuild_recent_results(owner.settings.recent_results)
     return actions
 
 

@@ -18,8 +18,8 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
 from app.__main__ import main as kvlens
-from app.controllers.pinning import config_label
 from app.controllers.results_files import OPEN_RESULTS_SHORTCUT
+from app.widgets.config_text import config_label
 from app.window.main_window import MainWindow
 from kvcore.cli.prompt_sets import summary_paths
 from kvcore.measure.export import SET_SUMMARY_COLUMNS

@@ -87,3 +87,46 @@ def test_cancel_stops_running_job(engine, qtbot):
     qtbot.waitUntil(lambda: bool(engine.failures), timeout=5000)
     assert engine.failures[0].cancelled
     assert engine.results == []
+
+
+def test_each_job_gets_its_own_callbacks_on_the_gui_thread(engine, qtbot):
+    calls = []
+
+    def record(name):
+        return lambda value: calls.append((name, value.request_id, threading.get_ident()))
+
+    def publishing(ctx):
+        ctx.publish("half")
+        return "done"
+
+    def bad(ctx):
+        raise ValueError("no")
+
+    ok = engine.submit("a", publishing, on_result=record("result"), on_partial=record("partial"))
+    failed = engine.submit("b", bad, on_result=record("never"), on_failure=record("failure"))
+    plain = engine.submit("c", lambda ctx: 3)
+    qtbot.waitUntil(lambda: any(r.request_id == plain for r in engine.results), timeout=5000)
+    gui = threading.get_ident()
+    assert calls == [("partial", ok, gui), ("result", ok, gui), ("failure", failed, gui)]
+    assert engine._callbacks == {}
+
+
+def test_superseded_and_dropped_jobs_call_nothing_and_leave_no_callbacks(engine, qtbot):
+    gate, started = threading.Event(), threading.Event()
+    calls = []
+
+    def slow(ctx):
+        started.set()
+        gate.wait(5)
+        return "stale"
+
+    engine.submit("compress", slow, coalesce=True, on_result=calls.append, on_failure=calls.append)
+    assert started.wait(5)
+    for i in range(5):
+        engine.submit("compress", lambda ctx, i=i: i, coalesce=True, on_result=calls.append)
+    last = engine.submit("compress", lambda ctx: "last", coalesce=True, on_result=calls.append)
+    gate.set()
+    qtbot.waitUntil(lambda: any(r.request_id == last for r in engine.results), timeout=5000)
+    qtbot.wait(50)
+    assert [r.value for r in calls] == ["last"]
+    assert engine._callbacks == {}

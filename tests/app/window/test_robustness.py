@@ -145,7 +145,7 @@ def test_random_actions_never_break_the_window(qapp, tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "excepthook", lambda *exc: hooked.append(repr(exc[1])))
     window = MainWindow(model=model, settings_path=tmp_path / "settings.json", continuation_tokens=4)
     window.show()
-    real_error, real_failed = window._error, window._on_failed
+    real_error = window.error
     failures = []
 
     def error(title: str, text: str) -> None:
@@ -155,10 +155,8 @@ def test_random_actions_never_break_the_window(qapp, tmp_path, monkeypatch):
     def failed(failure) -> None:
         if failure.kind in ("prefill", "extend", "compress") and not failure.cancelled:
             failures.append(failure)
-        real_failed(failure)
 
-    window._error = error
-    window.engine.failed.disconnect(real_failed)
+    window.error = error
     window.engine.failed.connect(failed)
     wait_until(lambda: window.model_info is not None)
     rng = random.Random(SEED)
@@ -186,9 +184,9 @@ def test_random_actions_never_break_the_window(qapp, tmp_path, monkeypatch):
         QApplication.processEvents()
         rss_end = _rss_mib()
         # The final display: a prefill must exist (the last action may have been a load), then a last setting.
-        if not window._prefill_requested or window.pinning._current is None:
+        if not window.prefilled or window.pinning.current is None:
             window.prefill(PROMPTS[0])
-            wait_until(lambda: _idle(window) and window.pinning._current is not None, timeout=120)
+            wait_until(lambda: _idle(window) and window.pinning.current is not None, timeout=120)
         window.controls.retentionSlider.setValue(37)
         rid = window.engine.latest_id("compress")
         wait_until(lambda: window.displayed_ids and window.displayed_ids[-1] == rid, timeout=120)
