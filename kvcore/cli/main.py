@@ -212,6 +212,7 @@ def _positions_count(text: str) -> int:
 
 def _run_probe(args: argparse.Namespace) -> int:
     """`kvlens probe`: every probe and configuration checked before the model loads."""
+    from kvcore.probes.plan import plan_from_text
     from kvcore.probes.run import PROBE_COLUMNS
 
     if args.prompts is not None:
@@ -223,7 +224,7 @@ def _run_probe(args: argparse.Namespace) -> int:
     if args.csv is not None:
         _check_output(args.csv)
     try:
-        specs = probe_cli.plan(args, _split)
+        specs = plan_from_text(args.families, args.depths, args.lengths, args.seeds, args.seed, _split)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     methods = _split(args.methods, str, "methods")

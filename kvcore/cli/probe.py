@@ -12,9 +12,7 @@ recall is read against it).
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,28 +53,6 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also prefill each prompt without its needle (method no_needle): recall that needs no needle",
     )
-
-
-def plan(args: argparse.Namespace, split: Callable[[str, type, str], list]) -> list[dict[str, Any]]:
-    """Every probe to build, checked before any model is loaded."""
-    from kvcore.probes import FAMILIES
-
-    families = split(args.families, str, "families")
-    unknown = [f for f in families if f not in FAMILIES]
-    if unknown:
-        raise ValueError(f"--families: unknown {', '.join(unknown)}; available: {', '.join(FAMILIES)}")
-    depths = split(args.depths, float, "depths")
-    if any(not 0.0 <= d <= 1.0 for d in depths):
-        raise ValueError(f"--depths {args.depths!r}: each depth must be between 0 and 1")
-    lengths = split(args.lengths, int, "lengths")
-    if any(n < 64 for n in lengths):
-        raise ValueError(f"--lengths {args.lengths!r}: each length must be at least 64 tokens")
-    if args.seeds < 1:
-        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
-    return [
-        dict(family=f, depth=d, n_tokens=n, seed=args.seed + s)
-        for f, n, d, s in itertools.product(families, lengths, depths, range(args.seeds))
-    ]
 
 
 def run(
