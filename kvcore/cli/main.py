@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kvcore.cli import probe as probe_cli
+from kvcore.cli.progress import draw_progress
 from kvcore.defaults import (
     ALLOWED_BITS,
     DEFAULT_CONTINUATION_TOKENS,
@@ -41,6 +42,7 @@ from kvcore.defaults import (
     SCHEDULE_HELP,
     SCHEDULES,
     UNQUANTIZED_BITS,
+    bits_or_none,
 )
 from kvcore.measure.export import STATS_COLUMNS, SWEEP_COLUMNS, write_csv, write_json
 from kvcore.measure.export import SUMMARY_COLUMNS as SUMMARY_COLUMNS  # noqa: F401 (re-exported: its old home)
@@ -320,7 +322,7 @@ def _config(
     return CompressionConfig(
         method=method,
         ratio=ratio,
-        bits=None if bits == UNQUANTIZED_BITS else bits,
+        bits=bits_or_none(bits),
         value_bits=value_bits,
         group_size=args.group_size,
         per_head=not args.shared,
@@ -507,15 +509,10 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
 
 
 def _progress(done: int, total: int, cfg: Any) -> None:
-    width = 30
-    filled = int(width * done / total)
     key_bits, value_bits = cfg.widths
     bits = f"{key_bits}" if key_bits == value_bits else f"{key_bits}/{value_bits}"
     bits += f" fp{cfg.fp_recent}" if cfg.fp_recent else ""
-    sys.stderr.write(
-        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {cfg.method} r={cfg.ratio:g} bits={bits}  "
-    )
-    sys.stderr.flush()
+    draw_progress(done, total, f"{cfg.method} r={cfg.ratio:g} bits={bits}")
 
 
 def _print_human(session: Any, summary: dict, tokens: list[int]) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvcore.cli.progress import draw_progress
 from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.measure.export import (
     CONFIG_COLUMNS,
@@ -233,14 +234,9 @@ def _check_key(records: Records, item: PromptItem, mode: Mode, config: int) -> N
 
 
 def _progress(done: int, total: int, failed: int, size: int) -> None:
-    width = 30
-    filled = int(width * done / total) if total else width
     tail = f"; {failed} prompt{'s' if failed != 1 else ''} failed" if failed else ""
     ranks = f" on {size} ranks" if size > 1 else ""
-    sys.stderr.write(
-        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} (prompt, configuration){ranks}{tail}  "
-    )
-    sys.stderr.flush()
+    draw_progress(done, total, f"(prompt, configuration){ranks}{tail}")
 
 
 def _finish(
