@@ -19,7 +19,7 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -46,7 +46,7 @@ from kvcore.defaults import (
 )
 from kvcore.measure.export import STATS_COLUMNS, SWEEP_COLUMNS, write_csv, write_json
 from kvcore.measure.export import SUMMARY_COLUMNS as SUMMARY_COLUMNS  # noqa: F401 (re-exported: its old home)
-from kvcore.measure.frontier import DEFAULT_METRIC, METRICS
+from kvcore.measure.frontier import DEFAULT_METRIC, METRICS, PlotWriter
 from kvcore.resources import demo_model_dir
 
 _BITS_HELP = f"{', '.join(map(str, ALLOWED_BITS))} or {UNQUANTIZED_BITS} (unquantized)"
@@ -212,17 +212,17 @@ def _positions_count(text: str) -> int:
     return value
 
 
-def _run_probe(args: argparse.Namespace) -> int:
+def _probe(args: argparse.Namespace) -> int:
     """`kvlens probe`: every probe and configuration checked before the model loads."""
     from kvcore.probes.plan import plan_from_text
-    from kvcore.probes.run import PROBE_COLUMNS
+    from kvcore.probes.scoring import PROBE_COLUMNS
 
     if args.prompts is not None:
         if args.control:
             raise UsageError(
                 "--control deletes a generated probe's needle; a --prompts set has none: drop one"
             )
-        return _run_set(args, None)
+        return _prompt_set(args, None)
     if args.csv is not None:
         _check_output(args.csv)
     try:
@@ -237,7 +237,7 @@ def _run_probe(args: argparse.Namespace) -> int:
     from kvcore.engine.session import Session
 
     session = Session.load(args.model)
-    rows = probe_cli.run(session, specs, configs, control=args.control)
+    rows = probe_cli.score_probes(session, specs, configs, control=args.control)
     if args.csv is not None:
         write_csv(args.csv, rows, PROBE_COLUMNS)
     probe_cli.print_summary(rows)
@@ -334,11 +334,6 @@ def _config(
     )
 
 
-#: Draws a sweep's frontier to a PNG/SVG path: (points, path, metric key). The `kvlens` entry point passes the
-#: app's Qt writer (app.frontier_export), so kvcore never imports Qt and the file shows what the app shows.
-PlotWriter = Callable[[Sequence[Any], Path, str], None]
-
-
 def _configs(args: argparse.Namespace) -> list:
     """The grid of --methods × --ratios × --bits (sweep: ratios may be a range)."""
     from kvcore.engine.sweep import parse_ratios
@@ -351,9 +346,9 @@ def _configs(args: argparse.Namespace) -> list:
     return _sweep_configs(args, methods, ratios)
 
 
-def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
+def _prompt_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
     """`--prompts`: a prompt set, on this process or across the ranks of `mlx.launch` (kvcore.cli.prompt_sets)."""
-    from kvcore.cli import prompt_sets as set_cli
+    from kvcore.cli.prompt_sets import prompt_set_command
 
     if getattr(args, "plot", None) is not None:
         from kvcore.sets.results_file import FRONTIER_KEYS
@@ -376,7 +371,6 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
     keys = [(c.method, c.ratio, c.bits, c.value_bits, c.fp_recent) for c in configs]
     if len(set(keys)) != len(keys):
         raise UsageError("a configuration appears twice: list each method, ratio and bits once")
-    mode = set_cli.probe_mode(args, configs) if args.command == "probe" else set_cli.sweep_mode(args, configs)
 
     def check(session: Any, rank: int) -> None:
         from kvcore.engine.sweep import check_group_size
@@ -389,12 +383,12 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
         if args.system_prompt is not None and not session.has_chat_template:
             raise UsageError(f"--system-prompt: the tokenizer of {session.info.name} has no chat template")
 
-    return set_cli.run(args, mode, check, plot_writer)
+    return prompt_set_command(args, configs, check, plot_writer)
 
 
-def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
+def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
     if getattr(args, "prompts", None) is not None:
-        return _run_set(args, plot_writer)
+        return _prompt_set(args, plot_writer)
     prompt = None if args.session is not None else _prompt(args)
     if args.system_prompt is not None and not args.chat_template:
         raise UsageError(
@@ -530,7 +524,7 @@ def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
 
     args = _parser().parse_args(argv)
     try:
-        return _run_probe(args) if args.command == "probe" else _run(args, plot_writer)
+        return _probe(args) if args.command == "probe" else _one_prompt(args, plot_writer)
     except (UsageError, ModelLoadError, ValueError) as exc:
         print(f"kvlens: error: {exc}", file=sys.stderr)
         return 2

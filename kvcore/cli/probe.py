@@ -55,12 +55,12 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     )
 
 
-def run(
+def score_probes(
     session: Any, specs: list[dict[str, Any]], configs: list[Any], control: bool = False
 ) -> list[dict[str, Any]]:
     """Build, prefill and score every probe (with `control`, each also without its needle); progress on stderr."""
     from kvcore.probes import make_probe
-    from kvcore.probes.run import probe_rows
+    from kvcore.probes.scoring import probe_rows
 
     ctx = session.info.max_context
     rows: list[dict[str, Any]] = []
@@ -79,7 +79,7 @@ def run(
 
 
 def print_summary(rows: list[dict[str, Any]]) -> None:
-    from kvcore.probes.run import recall_table
+    from kvcore.probes.scoring import recall_table
 
     for (method, schedule, ratio, key_bits, value_bits, fp_recent), recall in recall_table(rows).items():
         bits = key_bits if key_bits == value_bits else f"K{key_bits}/V{value_bits}"

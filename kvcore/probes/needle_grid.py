@@ -1,5 +1,5 @@
 """The needle-in-a-haystack grid: depth × length probes of one family and seed, each prefilled once and scored
-for the dense cache and every configuration (kvcore.probes.run), yielded cell by cell as each finishes.
+for the dense cache and every configuration (kvcore.probes.scoring), yielded cell by cell as each finishes.
 
 A cell is exactly what `kvlens probe` computes for the same family, seed, depth, length and configurations (the
 same `make_probe` and `probe_rows`), so the app's grid and the CLI's CSV agree row for row.
@@ -14,7 +14,7 @@ from typing import Any
 from kvcore.capture.prefill import Cancelled
 from kvcore.probes import Probe, make_probe
 from kvcore.probes.plan import plan_from_text
-from kvcore.probes.run import probe_rows
+from kvcore.probes.scoring import probe_rows
 
 __all__ = ["GridCell", "grid_specs", "run_grid"]
 
