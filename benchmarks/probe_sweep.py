@@ -19,7 +19,7 @@ import kvcore  # noqa: F401  (loads the optimized BLAS before mlx)
 from benchmarks.prefill_demo import prompt_ids, time_prefill
 from kvcore.engine.session import CompressionConfig, Session
 from kvcore.probes import HELDOUT_FAMILIES, make_probe
-from kvcore.probes.run import config_rows, probe_rows, recall_table
+from kvcore.probes.scoring import config_rows, probe_rows, recall_table
 from kvcore.resources import demo_model_dir
 
 METHODS = ("snapkv", "adakv", "pyramidkv", "h2o", "tova", "streaming_llm", "random", "knorm")

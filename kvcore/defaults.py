@@ -8,6 +8,13 @@ from __future__ import annotations
 #: Widths `mx.quantize` packs; 16 in the UI and CLI means "not quantized".
 ALLOWED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 8)
 UNQUANTIZED_BITS = 16
+
+
+def bits_or_none(bits: int | None) -> int | None:
+    """A width as the engine holds it: None for unquantized, which the UI and CLI spell UNQUANTIZED_BITS."""
+    return None if bits is None or bits == UNQUANTIZED_BITS else int(bits)
+
+
 #: Group sizes `mx.quantize` accepts (each must divide head_dim).
 ALLOWED_GROUP_SIZES: tuple[int, ...] = (32, 64, 128)
 

@@ -19,7 +19,7 @@ from app.widgets.needle_panel import NeedlePanel
 from kvcore.engine.session import CompressionConfig
 from kvcore.engine.sweep import check_group_size, grid, parse_ratios
 from kvcore.probes.needle_grid import GridCell, grid_specs
-from kvcore.probes.run import DENSE, PROBE_COLUMNS
+from kvcore.probes.scoring import DENSE, PROBE_COLUMNS
 
 NEEDLE_SHORTCUT = "Ctrl+Shift+N"
 

@@ -391,10 +391,6 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
         self.bits = bits
         self.value_bits = value_bits
 
-    @property
-    def key_bits(self) -> int:
-        return self.bits
-
     def _pack(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
         if bits == UNQUANTIZED_BITS:
             return (x,)

@@ -19,11 +19,12 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from kvcore.cli import probe as probe_cli
+from kvcore.cli.progress import draw_progress
 from kvcore.defaults import (
     ALLOWED_BITS,
     DEFAULT_CONTINUATION_TOKENS,
@@ -41,10 +42,11 @@ from kvcore.defaults import (
     SCHEDULE_HELP,
     SCHEDULES,
     UNQUANTIZED_BITS,
+    bits_or_none,
 )
 from kvcore.measure.export import STATS_COLUMNS, SWEEP_COLUMNS, write_csv, write_json
 from kvcore.measure.export import SUMMARY_COLUMNS as SUMMARY_COLUMNS  # noqa: F401 (re-exported: its old home)
-from kvcore.measure.frontier import DEFAULT_METRIC, METRICS
+from kvcore.measure.frontier import DEFAULT_METRIC, METRICS, PlotWriter
 from kvcore.resources import demo_model_dir
 
 _BITS_HELP = f"{', '.join(map(str, ALLOWED_BITS))} or {UNQUANTIZED_BITS} (unquantized)"
@@ -247,20 +249,21 @@ def _positions_count(text: str) -> int:
     return value
 
 
-def _run_probe(args: argparse.Namespace) -> int:
+def _probe(args: argparse.Namespace) -> int:
     """`kvlens probe`: every probe and configuration checked before the model loads."""
-    from kvcore.probes.run import PROBE_COLUMNS
+    from kvcore.probes.plan import plan_from_text
+    from kvcore.probes.scoring import PROBE_COLUMNS
 
     if args.prompts is not None:
         if args.control:
             raise UsageError(
                 "--control deletes a generated probe's needle; a --prompts set has none: drop one"
             )
-        return _run_set(args, None)
+        return _prompt_set(args, None)
     if args.csv is not None:
         _check_output(args.csv)
     try:
-        specs = probe_cli.plan(args, _split)
+        specs = plan_from_text(args.families, args.depths, args.lengths, args.seeds, args.seed, _split)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     methods = _split(args.methods, str, "methods")
@@ -272,7 +275,7 @@ def _run_probe(args: argparse.Namespace) -> int:
     from kvcore.engine.session import Session
 
     session = Session.load(args.model)
-    rows = probe_cli.run(session, specs, configs, control=args.control)
+    rows = probe_cli.score_probes(session, specs, configs, control=args.control)
     if args.csv is not None:
         write_csv(args.csv, rows, PROBE_COLUMNS)
     probe_cli.print_summary(rows)
@@ -360,7 +363,7 @@ def _config(
     return CompressionConfig(
         method=method,
         ratio=ratio,
-        bits=None if bits == UNQUANTIZED_BITS else bits,
+        bits=bits_or_none(bits),
         value_bits=value_bits,
         group_size=args.group_size,
         per_head=not args.shared,
@@ -371,11 +374,6 @@ def _config(
         fp_recent=args.fp_recent,
         params={name: value for name, value in args.param if name in declared},
     )
-
-
-#: Draws a sweep's frontier to a PNG/SVG path: (points, path, metric key). The `kvlens` entry point passes the
-#: app's Qt writer (app.frontier_export), so kvcore never imports Qt and the file shows what the app shows.
-PlotWriter = Callable[[Sequence[Any], Path, str], None]
 
 
 def _configs(args: argparse.Namespace) -> list:
@@ -390,9 +388,9 @@ def _configs(args: argparse.Namespace) -> list:
     return _sweep_configs(args, methods, ratios)
 
 
-def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
+def _prompt_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
     """`--prompts`: a prompt set, on this process or across the ranks of `mlx.launch` (kvcore.cli.prompt_sets)."""
-    from kvcore.cli import prompt_sets as set_cli
+    from kvcore.cli.prompt_sets import prompt_set_command
 
     if getattr(args, "plot", None) is not None:
         from kvcore.sets.results_file import FRONTIER_KEYS
@@ -415,7 +413,6 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
     keys = [(c.method, c.ratio, c.bits, c.value_bits, c.fp_recent) for c in configs]
     if len(set(keys)) != len(keys):
         raise UsageError("a configuration appears twice: list each method, ratio and bits once")
-    mode = set_cli.probe_mode(args, configs) if args.command == "probe" else set_cli.sweep_mode(args, configs)
 
     def check(session: Any, rank: int) -> None:
         from kvcore.engine.sweep import check_group_size
@@ -428,12 +425,12 @@ def _run_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int:
         if args.system_prompt is not None and not session.has_chat_template:
             raise UsageError(f"--system-prompt: the tokenizer of {session.info.name} has no chat template")
 
-    return set_cli.run(args, mode, check, plot_writer)
+    return prompt_set_command(args, configs, check, plot_writer)
 
 
-def _run(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
+def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
     if getattr(args, "prompts", None) is not None:
-        return _run_set(args, plot_writer)
+        return _prompt_set(args, plot_writer)
     prompt = None if args.session is not None else _prompt(args)
     if args.system_prompt is not None and not args.chat_template:
         raise UsageError(
@@ -549,15 +546,10 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
 
 
 def _progress(done: int, total: int, cfg: Any) -> None:
-    width = 30
-    filled = int(width * done / total)
     key_bits, value_bits = cfg.widths
     bits = f"{key_bits}" if key_bits == value_bits else f"{key_bits}/{value_bits}"
     bits += f" fp{cfg.fp_recent}" if cfg.fp_recent else ""
-    sys.stderr.write(
-        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {cfg.method} r={cfg.ratio:g} bits={bits}  "
-    )
-    sys.stderr.flush()
+    draw_progress(done, total, f"{cfg.method} r={cfg.ratio:g} bits={bits}")
 
 
 def _print_human(session: Any, summary: dict, tokens: list[int]) -> None:
@@ -575,7 +567,7 @@ def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
 
     args = _parser().parse_args(argv)
     try:
-        return _run_probe(args) if args.command == "probe" else _run(args, plot_writer)
+        return _probe(args) if args.command == "probe" else _one_prompt(args, plot_writer)
     except (UsageError, ModelLoadError, ValueError) as exc:
         print(f"kvlens: error: {exc}", file=sys.stderr)
         return 2

@@ -12,9 +12,7 @@ recall is read against it).
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,34 +55,12 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     )
 
 
-def plan(args: argparse.Namespace, split: Callable[[str, type, str], list]) -> list[dict[str, Any]]:
-    """Every probe to build, checked before any model is loaded."""
-    from kvcore.probes import FAMILIES
-
-    families = split(args.families, str, "families")
-    unknown = [f for f in families if f not in FAMILIES]
-    if unknown:
-        raise ValueError(f"--families: unknown {', '.join(unknown)}; available: {', '.join(FAMILIES)}")
-    depths = split(args.depths, float, "depths")
-    if any(not 0.0 <= d <= 1.0 for d in depths):
-        raise ValueError(f"--depths {args.depths!r}: each depth must be between 0 and 1")
-    lengths = split(args.lengths, int, "lengths")
-    if any(n < 64 for n in lengths):
-        raise ValueError(f"--lengths {args.lengths!r}: each length must be at least 64 tokens")
-    if args.seeds < 1:
-        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
-    return [
-        dict(family=f, depth=d, n_tokens=n, seed=args.seed + s)
-        for f, n, d, s in itertools.product(families, lengths, depths, range(args.seeds))
-    ]
-
-
-def run(
+def score_probes(
     session: Any, specs: list[dict[str, Any]], configs: list[Any], control: bool = False
 ) -> list[dict[str, Any]]:
     """Build, prefill and score every probe (with `control`, each also without its needle); progress on stderr."""
     from kvcore.probes import make_probe
-    from kvcore.probes.run import probe_rows
+    from kvcore.probes.scoring import probe_rows
 
     ctx = session.info.max_context
     rows: list[dict[str, Any]] = []
@@ -103,7 +79,7 @@ def run(
 
 
 def print_summary(rows: list[dict[str, Any]]) -> None:
-    from kvcore.probes.run import recall_table
+    from kvcore.probes.scoring import recall_table
 
     for (method, schedule, ratio, key_bits, value_bits, fp_recent), recall in recall_table(rows).items():
         bits = key_bits if key_bits == value_bits else f"K{key_bits}/V{value_bits}"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvcore.defaults import DEFAULT_GROUP_SIZE, UNQUANTIZED_BITS
+from kvcore.defaults import DEFAULT_GROUP_SIZE, UNQUANTIZED_BITS, bits_or_none
 from kvcore.engine.session import Cancelled, CompressionConfig, Session
 from kvcore.measure.export import SUMMARY_COLUMNS
 
@@ -121,7 +121,7 @@ def grid(
             base,
             method=m,
             ratio=float(r),
-            bits=None if b in (None, UNQUANTIZED_BITS) else int(b),
+            bits=bits_or_none(b),
             value_bits=None if b in (None, UNQUANTIZED_BITS, base.value_bits) else base.value_bits,
             group_size=group_size,
         )

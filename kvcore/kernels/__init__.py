@@ -16,6 +16,10 @@ import mlx.core as mx
 
 from kvcore.defaults import FUSED_KERNELS_ENV
 
+#: The widest head (elements per key or value row) either kernel is written for; wider heads take the
+#: MLX-operations path.
+MAX_HEAD_DIM = 256
+
 
 def cuda_ready() -> bool:
     """True when the default device is a CUDA GPU and the kernels are not switched off by the environment.

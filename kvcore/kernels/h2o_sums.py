@@ -32,9 +32,8 @@ from typing import Any
 
 import mlx.core as mx
 
-from kvcore.kernels import cuda_ready, scale_source
+from kvcore.kernels import MAX_HEAD_DIM, cuda_ready, scale_source
 
-MAX_HEAD_DIM = 256
 _LN2 = 0.6931471805599453
 
 # The mma and A-fragment helpers, shared with benchmarks/h2o_sums_before.py.

@@ -16,11 +16,10 @@ from typing import Any
 
 import mlx.core as mx
 
-from kvcore.kernels import cuda_ready, scale_source
+from kvcore.kernels import MAX_HEAD_DIM, cuda_ready, scale_source
 
 WARPS = 4  # warps per block of the first kernel
 ROWS_PER_SPLIT = 128  # rows of one kv-head a block reads (the split count follows the layer's width)
-MAX_HEAD_DIM = 256
 SHARED_BYTES = 48 * 1024  # static shared memory a block may declare
 
 _SPANS = r"""

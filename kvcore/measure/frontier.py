@@ -7,11 +7,16 @@ the two strictly better. Points with no value for the metric (NaN) are never on 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_METRIC", "METRICS", "Metric", "metric_value", "pareto_front"]
+__all__ = ["DEFAULT_METRIC", "METRICS", "Metric", "PlotWriter", "metric_value", "pareto_front"]
+
+#: Draws a frontier to a PNG/SVG path: (points, path, metric key). The `kvlens` entry point passes the app's Qt
+#: writer (app.frontier_export), so kvcore never imports Qt and the file shows what the app shows.
+PlotWriter = Callable[[Sequence[Any], Path, str], None]
 
 
 @dataclass(frozen=True)

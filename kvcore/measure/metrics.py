@@ -77,13 +77,9 @@ class StepMetrics:
     compressed_top_probs: np.ndarray  # [n, k]
 
 
-def top_k(logits: np.ndarray, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
-    """The k most probable ids per row [n, k] (descending probability, ties by lower id) and their softmax
-    probabilities; a partition first, so a 128k vocabulary is not sorted whole."""
-    return _top_k(log_softmax(logits), k)
-
-
 def _top_k(lp: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k most probable ids per row [n, k] of log-probabilities (descending, ties by lower id) and their
+    probabilities; a partition first, so a 128k vocabulary is not sorted whole."""
     k = min(k, lp.shape[-1])
     part = np.argpartition(-lp, k - 1, axis=-1)[:, :k]
     vals = np.take_along_axis(lp, part, axis=-1)

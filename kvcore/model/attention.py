@@ -174,12 +174,6 @@ def uninstall(model: nn.Module) -> None:
             delattr(mod, _ORIGINAL)
 
 
-def is_installed(model: nn.Module) -> bool:
-    """True when every attention module of the model calls `sdpa`."""
-    modules = _attention_modules(model)
-    return bool(modules) and all(getattr(m, _NAME) is sdpa for m in modules)
-
-
 @contextmanager
 def observing(observer: Observer) -> Iterator[None]:
     """Call `observer(queries, keys, values, cache, scale, mask)` before each attention on this thread."""

@@ -1,6 +1,6 @@
 """Needle probes: a generator of seeded prompts (depth, length, template family) and a scorer of continuations.
 
-Qt-free and MLX-free (the training script imports it on a machine without MLX); `kvcore.probes.run` evaluates
+Qt-free and MLX-free (the training script imports it on a machine without MLX); `kvcore.probes.scoring` evaluates
 probes on a Session.
 """
 

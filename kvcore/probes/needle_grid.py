@@ -1,5 +1,5 @@
 """The needle-in-a-haystack grid: depth × length probes of one family and seed, each prefilled once and scored
-for the dense cache and every configuration (kvcore.probes.run), yielded cell by cell as each finishes.
+for the dense cache and every configuration (kvcore.probes.scoring), yielded cell by cell as each finishes.
 
 A cell is exactly what `kvlens probe` computes for the same family, seed, depth, length and configurations (the
 same `make_probe` and `probe_rows`), so the app's grid and the CLI's CSV agree row for row.
@@ -7,15 +7,14 @@ same `make_probe` and `probe_rows`), so the app's grid and the CLI's CSV agree r
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kvcore.capture.prefill import Cancelled
-from kvcore.cli.probe import plan
 from kvcore.probes import Probe, make_probe
-from kvcore.probes.run import probe_rows
+from kvcore.probes.plan import plan_from_text
+from kvcore.probes.scoring import probe_rows
 
 __all__ = ["GridCell", "grid_specs", "run_grid"]
 
@@ -46,8 +45,8 @@ def _split(text: str, kind: type, name: str) -> list:
 def grid_specs(family: str, seed: int, depths: str, lengths: str) -> list[dict[str, Any]]:
     """The probes of a grid (lengths outer, depths inner, as `kvlens probe` orders them); ValueError names the
     bad value and the fix (the same checks as `kvlens probe`)."""
-    args = argparse.Namespace(families=family, depths=depths, lengths=lengths, seeds=1, seed=seed)
-    return [{k: s[k] for k in ("family", "seed", "depth", "n_tokens")} for s in plan(args, _split)]
+    specs = plan_from_text(family, depths, lengths, seeds=1, seed=seed, split=_split)
+    return [{k: s[k] for k in ("family", "seed", "depth", "n_tokens")} for s in specs]
 
 
 def run_grid(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -70,3 +71,31 @@ def summary_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 summary[f"{name}_{part}"] = None if value is None or math.isnan(value) else value
         out.append(summary)
     return out
+
+
+def summary_paths(csv_path: Path) -> tuple[Path, Path]:
+    """Where the per-configuration summary goes: beside the results, `<stem>.summary.csv` and `.summary.json`."""
+    return csv_path.with_suffix(".summary.csv"), csv_path.with_suffix(".summary.json")
+
+
+def summary_json(summary: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `.summary.json` document: the bootstrap's settings and each configuration's row, its text cells typed
+    (an empty cell as null, numbers as numbers)."""
+
+    def typed(v: Any) -> Any:
+        if v == "":
+            return None
+        if isinstance(v, str):
+            for kind in (int, float):
+                try:
+                    return kind(v)
+                except ValueError:
+                    pass
+        return v
+
+    return {
+        "confidence": CONFIDENCE,
+        "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+        "bootstrap_seed": BOOTSTRAP_SEED,
+        "configurations": [{k: typed(v) for k, v in row.items()} for row in summary],
+    }

@@ -21,7 +21,7 @@ import pytest
 
 from kvcore.engine.session import CompressionConfig, Session
 from kvcore.probes import HELDOUT_FAMILIES, TRAIN_FAMILIES, make_probe
-from kvcore.probes.run import DENSE, probe_rows
+from kvcore.probes.scoring import DENSE, probe_rows
 from kvcore.resources import demo_model_dir
 
 SEED = 90_210

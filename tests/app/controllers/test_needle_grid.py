@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication
 from app.window.main_window import MainWindow
 from kvcore.cli.main import main as cli_main
 from kvcore.probes import HELDOUT_FAMILIES
-from kvcore.probes.run import PROBE_COLUMNS
+from kvcore.probes.scoring import PROBE_COLUMNS
 from kvcore.resources import demo_model_dir
 from tests.app.waiting import wait_until
 

@@ -21,10 +21,10 @@ from app.__main__ import main as kvlens
 from app.controllers.results_files import OPEN_RESULTS_SHORTCUT
 from app.widgets.config_text import config_label
 from app.window.main_window import MainWindow
-from kvcore.cli.prompt_sets import summary_paths
 from kvcore.measure.export import SET_SUMMARY_COLUMNS
 from kvcore.measure.frontier import METRICS
 from kvcore.resources import demo_model_dir
+from kvcore.sets.summary import summary_paths
 from tests.app.waiting import wait_until
 from tests.kvcore.measure.test_frontier import brute_force
 

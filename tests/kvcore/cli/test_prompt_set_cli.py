@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from kvcore.cli.main import main
-from kvcore.cli.prompt_sets import summary_paths
 from kvcore.measure.export import ADDED_COLUMNS, PROMPT_SWEEP_COLUMNS, RENAMED_COLUMNS, SET_SUMMARY_COLUMNS
+from kvcore.sets.summary import summary_paths
 
 ROOT = Path(__file__).resolve().parents[3]
 CODE = "def area(width, height):\n    return width * height\nThe quick brown fox jumps over the lazy dog.\n"

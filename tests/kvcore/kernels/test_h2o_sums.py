@@ -5,7 +5,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from kvcore.kernels import h2o_sums
+from kvcore.kernels import MAX_HEAD_DIM, h2o_sums
 
 
 def test_fits_16_bit_chunks_of_one_dtype():
@@ -42,7 +42,7 @@ def test_merged_splits_give_each_rows_log_sum_exp_over_all_its_keys():
     np.testing.assert_allclose(np.array(one), np.log2(np.exp2(parts[0]).sum(-1)), rtol=1e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize("head_dim", range(16, h2o_sums.MAX_HEAD_DIM + 1, 16))
+@pytest.mark.parametrize("head_dim", range(16, MAX_HEAD_DIM + 1, 16))
 def test_every_head_dim_the_kernels_take_fits_their_static_shared_memory(head_dim):
     """Two tiles of TILE rows at head_dim + 8 16-bit columns stay under 48 KB (a kernel's static limit), and a
     step of 8-key score tiles never spans two shared-memory tiles."""

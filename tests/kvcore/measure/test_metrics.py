@@ -14,7 +14,6 @@ from kvcore.measure.metrics import (
     per_step,
     pooled_rmse,
     teacher_forced,
-    top_k,
 )
 
 
@@ -75,19 +74,27 @@ def test_pooled_rmse_equals_the_rmse_over_the_valid_rows():
     np.testing.assert_allclose(pooled_rmse(rows, valid), [*direct, 0.0])
 
 
-def test_top_k_is_the_softmax_top_k_by_brute_force():
+def _brute_top_k(logits, k=5):
+    x = logits.astype(np.float64)
+    p = np.exp(x - x.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    ids = np.array([sorted(range(x.shape[-1]), key=lambda i, r=r: (-p[r, i], i))[:k] for r in range(len(x))])
+    return ids, np.take_along_axis(p, ids, axis=-1)
+
+
+def test_per_step_top_k_is_the_softmax_top_k_by_brute_force():
     rng = np.random.default_rng(1)
     logits = rng.normal(size=(4, 50)).astype(np.float32)
     logits[2, [3, 7, 11]] = 9.0  # a three-way tie at the top: lower ids first
-    ids, probs = top_k(logits, 5)
-    for row, (got_ids, got_p) in enumerate(zip(ids, probs, strict=True)):
-        x = logits[row].astype(np.float64)
-        p = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
-        expected = sorted(range(50), key=lambda i: (-p[i], i))[:5]
-        assert got_ids.tolist() == expected
-        np.testing.assert_allclose(got_p, p[expected], rtol=1e-12)
+    targets = logits.argmax(-1)
+    steps = per_step(logits, logits.copy(), targets)
+    ids, probs = steps.dense_top_ids, steps.dense_top_probs
+    np.testing.assert_array_equal(steps.compressed_top_ids, ids)
+    expected_ids, expected_probs = _brute_top_k(logits)
+    assert ids.tolist() == expected_ids.tolist()
+    np.testing.assert_allclose(probs, expected_probs, rtol=1e-12)
     assert ids[2, :3].tolist() == [3, 7, 11]
-    assert top_k(logits[:, :3], 5)[0].shape == (4, 3)
+    assert per_step(logits[:, :3], logits[:, :3], targets % 3).dense_top_ids.shape == (4, 3)
 
 
 def test_per_step_equals_teacher_forced_one_step_at_a_time():
@@ -100,8 +107,8 @@ def test_per_step_equals_teacher_forced_one_step_at_a_time():
         one = teacher_forced(dense[i : i + 1], comp[i : i + 1], targets[i : i + 1])
         assert steps.kl[i] == pytest.approx(one["kl_mean"], rel=1e-12, abs=1e-15)
         assert bool(steps.agreement[i]) == (one["agreement"] == 1.0)
-        np.testing.assert_array_equal(steps.dense_top_ids[i], top_k(dense[i : i + 1])[0][0])
-        np.testing.assert_array_equal(steps.compressed_top_ids[i], top_k(comp[i : i + 1])[0][0])
+        np.testing.assert_array_equal(steps.dense_top_ids[i], _brute_top_k(dense[i : i + 1])[0][0])
+        np.testing.assert_array_equal(steps.compressed_top_ids[i], _brute_top_k(comp[i : i + 1])[0][0])
     assert steps.kl[1] == 0.0 and steps.agreement[1]
     assert steps.dense_top_probs.shape == (6, 5)
     with pytest.raises(ValueError, match="shapes differ"):

@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from kvcore.cli.main import main
-from kvcore.probes.run import PROBE_COLUMNS
+from kvcore.probes.scoring import PROBE_COLUMNS
 
 
 def test_probe_grid_writes_one_row_per_probe_and_configuration(tmp_path, capsys):

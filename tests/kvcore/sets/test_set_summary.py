@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from kvcore.measure.export import SET_SUMMARY_COLUMNS
-from kvcore.sets.runner import Job, balanced_shards
+from kvcore.sets.rounds import Job, balanced_shards
 from kvcore.sets.summary import bootstrap_interval, summary_rows
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from kvcore.engine.session import CompressionConfig, Session
 from kvcore.probes import make_probe, recalls
-from kvcore.probes.run import CONTROL, DENSE, PROBE_COLUMNS, probe_rows, recall_table
+from kvcore.probes.scoring import CONTROL, DENSE, PROBE_COLUMNS, probe_rows, recall_table
 from kvcore.resources import demo_model_dir
 
 

@@ -1,4 +1,4 @@
-"""Run a prompt set over configurations on one or several ranks, and keep the results file whole at every step.
+"""The work of a prompt set in lock-step rounds over one or several ranks, merged after every round.
 
 Work is (prompt, configuration) pairs; a *job* is one prompt with the configurations it still needs (one prefill,
 then recompress + regenerate each). Jobs are sharded deterministically, balanced by token count (longest first
@@ -7,26 +7,20 @@ rounds — each runs its next job, then all gather the encoded rows (JSON of CSV
 writes, can rewrite the file after every round: an interrupted run keeps all finished rounds for `--resume`.
 A job that raises is reported by prompt id; its finished configurations are kept and the other jobs go on.
 
-Rows travel and are stored as the text cells of the CSV, and the file is always written in (prompt, configuration)
-order, so a single-process, a distributed and a resumed run of the same work write the same bytes.
+Rows travel as the text cells of the CSV (kvcore.sets.records) and are merged in (prompt, configuration) order, so
+a single-process, a distributed and a resumed run of the same work write the same bytes.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from kvcore.atomic import write_text
-from kvcore.measure.export import ADDED_COLUMNS, RENAMED_COLUMNS, csv_text
 from kvcore.sets.ranks import Ranks
+from kvcore.sets.records import Records
 
-#: Rows of one (prompt, configuration) pair: each a list of CSV cells as text.
-Records = list[list[str]]
 #: What a job yields: (configuration index, its encoded rows) as each configuration finishes.
 Evaluate = Callable[["Job"], Iterator[tuple[int, Records]]]
 
@@ -52,65 +46,6 @@ class SetResults:
         return [r for key in sorted(self.rows) for r in self.rows[key]]
 
 
-def encode_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Records:
-    """Rows as the CSV's text cells (what `csv_text` writes, read back): the form rows are stored and sent in."""
-    return list(csv.reader(io.StringIO(csv_text(rows, columns), newline="")))[1:]
-
-
-def records_text(columns: Sequence[str], records: Records) -> str:
-    """The CSV text of `records` under the header `csv_text` writes (cells written as they are)."""
-    buf = io.StringIO()
-    buf.write(csv_text([], columns))
-    csv.writer(buf, lineterminator="\n").writerows(records)
-    return buf.getvalue()
-
-
-def write_records(path: Path, columns: Sequence[str], records: Records) -> None:
-    """Write the results file atomically (a kill mid-write leaves the previous round's file)."""
-    write_text(path, records_text(columns, records))
-
-
-def read_records(path: Path, columns: Sequence[str]) -> Records:
-    """Rows of an earlier run's file for `--resume` (none when it does not exist); ValueError if its header
-    differs from this run's columns."""
-    if not path.exists():
-        return []
-    with open(path, encoding="utf-8", newline="") as f:
-        records = list(csv.reader(f))
-    if not records:
-        return []
-    header = records[0]
-    if header == list(columns):
-        return records[1:]
-    upgrade = _upgrade(header, columns)
-    if upgrade is None:
-        raise ValueError(
-            f"--resume: {path} was not written by this kind of run (its columns differ); "
-            "give a new --csv or the matching command"
-        )
-    return [upgrade(r) for r in records[1:]]
-
-
-def _upgrade(header: list[str], columns: Sequence[str]) -> Callable[[list[str]], list[str]] | None:
-    """Rows of a file an earlier release wrote (a column since renamed, `bits` -> `key_bits`, or one it did not
-    have) as this release's cells, or None when the header is not such a file."""
-    where = {c: header.index(c) for c in header}
-    sources = []
-    for c in columns:
-        old = RENAMED_COLUMNS.get(c)
-        if c in where:
-            sources.append(where[c])
-        elif old in where:
-            sources.append(where[old])
-        elif c in ADDED_COLUMNS:
-            sources.append(ADDED_COLUMNS[c])
-        else:
-            return None
-    if len(header) != sum(isinstance(s, int) for s in sources):
-        return None
-    return lambda r: [r[s] if isinstance(s, int) else s for s in sources]
-
-
 def balanced_shards(jobs: Sequence[Job], size: int) -> list[list[Job]]:
     """Jobs per rank: heaviest first onto the least-loaded rank (ties: lower prompt, lower rank), each rank's
     list in prompt order. Deterministic, so every rank computes the same plan."""
@@ -123,7 +58,7 @@ def balanced_shards(jobs: Sequence[Job], size: int) -> list[list[Job]]:
     return [sorted(s, key=lambda j: j.prompt) for s in shards]
 
 
-def run_jobs(
+def run_rounds(
     jobs: Sequence[Job],
     evaluate: Evaluate,
     ranks: Ranks,
