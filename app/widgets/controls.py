@@ -29,6 +29,7 @@ from kvcore.defaults import (
     SCHEDULE_HELP,
     SCHEDULES,
     UNQUANTIZED_BITS,
+    bits_or_none,
 )
 from kvcore.methods import Method, available, describe
 from kvcore.methods import get as get_method
@@ -182,7 +183,7 @@ class CompressionControls(QWidget):
         return {
             "method": self.methodCombo.currentText(),
             "ratio": self.retentionSlider.value() / 100.0,
-            "bits": None if bits == UNQUANTIZED_BITS else bits,
+            "bits": bits_or_none(bits),
             "value_bits": self._value_bits(bits),
             "fp_recent": self.fpRecentSpin.value() if self.quantized() else 0,
             "group_size": int(self.groupSizeCombo.currentData()),

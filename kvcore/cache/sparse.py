@@ -779,3 +779,12 @@ def dense_bytes_formula(
 ) -> int:
     """M_KV = 2·B·L·T·H_kv·d_h·s: the check that measured dense bytes must meet."""
     return 2 * B * n_layers * T * n_kv_heads * head_dim * bytes_per_scalar
+
+
+def element_type(cache: Sequence[Any]) -> str:
+    """The dense cache's element type by name ("float32", "bfloat16"): what "16 (off)" really stores."""
+    for layer in cache:
+        keys = getattr(layer, "keys", None)
+        if isinstance(keys, mx.array):
+            return str(keys.dtype).rsplit(".", 1)[-1]
+    return ""

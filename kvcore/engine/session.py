@@ -50,6 +50,7 @@ from kvcore.defaults import (
     DEFAULT_WINDOW,
     SCHEDULES,
     UNQUANTIZED_BITS,
+    bits_or_none,
 )
 from kvcore.measure import metrics
 from kvcore.methods import Method, available
@@ -78,6 +79,8 @@ _PREFILL_STATE = (
 
 #: The configuration's fields that set the method parameter of the same name, where the method declares one.
 _BOUND = ("window", "n_sink", "kernel", "seed")
+#: The bound parameters with a CSV column of their own (the rest go in "method_params").
+_COLUMNS = ("window", "n_sink", "kernel")
 
 __all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", "Session"]
 
@@ -118,7 +121,7 @@ class CompressionConfig:
     def packed_value_bits(self) -> int | None:
         """The values' packed width: `value_bits`, or `bits` when it is None; None when values stay float."""
         bits = self.bits if self.value_bits is None else self.value_bits
-        return None if bits == UNQUANTIZED_BITS else bits
+        return bits_or_none(bits)
 
     @property
     def quantized(self) -> bool:
@@ -151,7 +154,20 @@ class CompressionConfig:
             "key_bits": self.widths[0],
             "value_bits": self.widths[1],
             "fp_recent": self.fp_recent,
+            "per_head": self.selects_per_head,
+            "window": self.window,
+            "kernel": self.kernel,
+            "n_sink": self.n_sink,
+            "method_params": ";".join(
+                f"{name}={value}" for name, value in self._method.values().items() if name not in _COLUMNS
+            ),
         }
+
+    @property
+    def selects_per_head(self) -> bool:
+        """Whether each kv-head keeps its own positions as run: the method's rule where it has one."""
+        method = self._method
+        return method.spreads_over_heads or (self.per_head and not method.shared_across_heads)
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -198,8 +214,8 @@ class CompressionConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CompressionConfig:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        if known.get("bits") == UNQUANTIZED_BITS:
-            known["bits"] = None
+        if "bits" in known:
+            known["bits"] = bits_or_none(known["bits"])
         known["params"] = dict(known.get("params") or {})
         return cls(**known)
 
@@ -652,6 +668,7 @@ class Session:
         rmse = state.quant_rmse
         n_heads = state.kept.shape[1]
         setting = {("retention_ratio" if k == "ratio" else k): v for k, v in cfg.describe().items()}
+        baseline = caches.element_type(observed.cache)
         for layer, (dense, comp) in enumerate(zip(observed.cache, state.cache, strict=True)):
             dense_head = caches.cache_tensor_bytes([dense]) // n_heads
             comp_head = caches.cache_tensor_bytes([comp]) // n_heads
@@ -670,6 +687,7 @@ class Session:
                         "layer": layer,
                         "kv_head": h,
                         "compressible": layer not in state.not_compressible,
+                        "baseline_dtype": baseline,
                         "tokens_total": T,
                         "tokens_kept": int(kept_pos.size),
                         "bytes_dense": dense_head,

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kvcore.atomic import write_text
+from kvcore.defaults import DEFAULT_KERNEL, DEFAULT_N_SINK, DEFAULT_WINDOW
 
 #: Per-(layer, kv-head) columns, in this order (the methods issue fixes them).
 STATS_COLUMNS: tuple[str, ...] = (
@@ -21,9 +22,15 @@ STATS_COLUMNS: tuple[str, ...] = (
     "value_bits",  # the values' width (16: unquantized); split widths such as 8-bit keys, 4-bit values
     "fp_recent",  # R of the float residual: sinks and the last R prompt positions unquantized (0: none)
     "group_size",
+    "per_head",  # whether each kv-head kept its own positions (as run: tova shares, adakv spreads per head)
+    "window",  # the observation window (snapkv's votes; also the window of attention_mass_kept)
+    "kernel",  # snapkv's pooling kernel
+    "n_sink",  # attention sinks (streaming_llm, expected_attention; kept float by the fp residual)
+    "method_params",  # the method's other declared parameters, NAME=VALUE;… (pyramidkv beta, adakv alpha, …)
     "layer",
     "kv_head",
     "compressible",  # False for a layer stored whole (sliding window, SSM state): its bytes are the same in both
+    "baseline_dtype",  # the dense cache's element type: float32 on MLX's CPU backend, bfloat16 on a Mac
     "tokens_total",
     "tokens_kept",
     "bytes_dense",
@@ -37,10 +44,19 @@ STATS_COLUMNS: tuple[str, ...] = (
 #: Columns an earlier release wrote under another name (new -> old): files from it are still read back (resume).
 RENAMED_COLUMNS: dict[str, str] = {"key_bits": "bits"}
 #: Columns an earlier release did not write, with the cell that reproduces its behaviour.
-ADDED_COLUMNS: dict[str, str] = {"fp_recent": "0"}
+ADDED_COLUMNS: dict[str, str] = {
+    "fp_recent": "0",
+    "per_head": "",  # not recorded then (it depended on the method as well as the flag)
+    "window": str(DEFAULT_WINDOW),
+    "kernel": str(DEFAULT_KERNEL),
+    "n_sink": str(DEFAULT_N_SINK),
+    "method_params": "",
+    "baseline_dtype": "",  # not recorded then
+}
 
-#: The columns of STATS_COLUMNS that name the setting (all before "layer"): what a pin records.
-CONFIG_COLUMNS: tuple[str, ...] = STATS_COLUMNS[: STATS_COLUMNS.index("layer")]
+#: The columns of STATS_COLUMNS that name a configuration of a grid (all before "per_head"): what a pin records and
+#: what keys a prompt set's rows. The method's parameters after them are the same for every configuration of a run.
+CONFIG_COLUMNS: tuple[str, ...] = STATS_COLUMNS[: STATS_COLUMNS.index("per_head")]
 #: Appended to every row while a configuration is pinned (B): which one, and per layer the Jaccard index
 #: |A ∩ B| / |A ∪ B| of the (kv-head, prompt position) sets kept now (A) and by the pin (B).
 PINNED_COLUMNS: tuple[str, ...] = (*(f"pinned_{c}" for c in CONFIG_COLUMNS), "jaccard_vs_pinned")

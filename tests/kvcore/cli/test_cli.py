@@ -209,3 +209,30 @@ def test_help_lists_every_method(command, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert exit_info.value.code == 0
     assert all(name in out for name in available()) and "adakv-expected_attention" in out
+
+
+@pytest.mark.parametrize(
+    ("method", "extra", "want"),
+    [
+        ("pyramidkv", ["--param", "beta=10", "--window", "16"], ("1", "16", "5", "4", "beta=10")),
+        ("tova", [], ("0", "64", "5", "4", "")),  # tova keeps one set of positions for every kv-head
+        ("adakv-random", ["--param", "seed=3"], ("1", "64", "5", "4", "seed=3;alpha=0.2")),
+    ],
+)
+def test_stats_and_sweep_csvs_carry_every_setting_that_changes_a_result(
+    model_dirs, prompt_file, tmp_path, method, extra, want
+):
+    stats, sweep = tmp_path / "stats.csv", tmp_path / "sweep.csv"
+    argv = ["--model", str(model_dirs["llama"]), "--prompt-file", str(prompt_file), "--tokens", "2", *extra]
+    assert main(["compress", *argv, "--method", method, "--csv", str(stats)]) == 0
+    assert main(["sweep", *argv, "--methods", method, "--ratios", "0.5", "--csv", str(sweep)]) == 0
+    for path in (stats, sweep):
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        cells = {
+            tuple(r[c] for c in ("per_head", "window", "kernel", "n_sink", "method_params")) for r in rows
+        }
+        assert cells == {want}, path.name
+        assert {r["baseline_dtype"] for r in rows} == {
+            "float32"
+        }  # MLX's CPU backend runs the cache in float32
