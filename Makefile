@@ -36,6 +36,7 @@ endif
 test: $(STAMP) blas
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 # The long demo-model evaluations in full (minutes); `make test` keeps a fixed subset of each.
