@@ -74,6 +74,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kvlens", description="KV Lens headless engine.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("methods", help="list every method with its definition and parameters")
     for name in ("compress", "sweep", "probe"):
         s = sub.add_parser(name)
         s.add_argument(
@@ -566,6 +567,11 @@ def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
     from kvcore.model.loading import ModelLoadError
 
     args = _parser().parse_args(argv)
+    if args.command == "methods":
+        from kvcore.cli.methods import method_lines
+
+        print("\n".join(method_lines()))
+        return 0
     try:
         return _probe(args) if args.command == "probe" else _one_prompt(args, plot_writer)
     except (UsageError, ModelLoadError, ValueError) as exc:

@@ -236,3 +236,14 @@ def test_stats_and_sweep_csvs_carry_every_setting_that_changes_a_result(
         assert {r["baseline_dtype"] for r in rows} == {
             "float32"
         }  # MLX's CPU backend runs the cache in float32
+
+
+def test_methods_lists_every_method_with_its_definition_and_parameters(capsys):
+    from kvcore import methods
+
+    assert main(["methods"]) == 0
+    out = capsys.readouterr().out
+    listed = [line.split(":", 1)[0] for line in out.splitlines() if not line.startswith(" ")]
+    assert listed == list(methods.available())
+    assert "    --param beta=20" in out and "pyramid steepness" in out
+    assert f"adakv-h2o: {methods.describe('adakv-h2o')}" in out
