@@ -1,0 +1,130 @@
+"""Parity with NVIDIA kvpress 0.5.5: per method, how far KV Lens's kept positions are from kvpress's own presses.
+
+Two halves, so kvpress (PyTorch) never has to live beside MLX:
+1. `python -m benchmarks.kvpress_parity --write-ids ids.json` tokenizes the demo model's sample prompts and writes
+   their ids under both schedules ("paper": the whole prompt; "mlx-lm": all but its last token).
+2. `python benchmarks/kvpress_reference.py --ids ids.json --model resources/models/kvlens-demo --out kept.json`
+   runs kvpress where PyTorch is (a GPU machine, or a CPU venv as DESIGN.md says).
+3. `python -m benchmarks.kvpress_parity --compare kept.json` runs KV Lens on the same ids and prints, per method,
+   the mean and worst per-(layer, kv-head) Jaccard index of the kept sets, and where they differ whether the
+   counts differ (kvpress keeps int(T·r); KV Lens rounds r·T half up) or the sets differ at equal counts (then the
+   largest score gap across the boundary says whether it is a tie).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import kvcore  # noqa: F401  (loads the optimized BLAS before mlx)
+
+# isort: split
+import numpy as np
+
+from benchmarks.common import ROOT
+
+PROMPTS = ("dict_lookup", "needle_in_code", "long_identifier")
+SCHEDULES = ("paper", "mlx-lm")
+
+
+def write_ids(path: Path) -> None:
+    from kvcore.model.loading import load
+
+    _, tokenizer, _ = load(str(ROOT / "resources" / "models" / "kvlens-demo"))
+    prompts = []
+    for name in PROMPTS:
+        ids = list(tokenizer.encode((ROOT / "resources" / "prompts" / f"{name}.txt").read_text()))
+        prompts.append({"name": name, "ids": {"paper": ids, "mlx-lm": ids[:-1]}})
+    path.write_text(json.dumps(prompts))
+    sizes = ", ".join(f"{p['name']} ({len(p['ids']['paper'])} tokens)" for p in prompts)
+    print(f"wrote {path}: {sizes}")
+
+
+def _jaccard(a: set[int], b: set[int]) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
+    """One row per (method, schedule, ratio): mean and worst Jaccard, and why the sets differ where they do."""
+    from kvcore.engine.session import CompressionConfig, Session
+
+    reference = json.loads(path.read_text())
+    prompts = {p["name"]: p for p in json.loads(ids_path.read_text())}
+    session = Session.load(str(ROOT / "resources" / "models" / "kvlens-demo"))
+    groups: dict[tuple[str, str, float], list[tuple[float, str]]] = {}
+    by_prompt: dict[str, list[tuple[str, str, float, Any]]] = {}
+    for key, kept in reference["kept"].items():
+        method, name, schedule, ratio = key.split("|")
+        by_prompt.setdefault(name, []).append((method, schedule, float(ratio), kept))
+    for name, entries in by_prompt.items():
+        session.prefill(prompts[name]["ids"]["paper"], 1, chat_template=False)
+        for method, schedule, ratio, theirs in entries:
+            state = session.compress(CompressionConfig(method, ratio, schedule=schedule))
+            scores = session.ranking(state.config).layers
+            for layer, heads in enumerate(theirs):
+                for head, positions in enumerate(heads):
+                    ours = set(np.flatnonzero(state.kept[layer, head]).tolist())
+                    theirs_set = set(positions)
+                    why = ""
+                    if ours != theirs_set:
+                        if len(ours) != len(theirs_set):
+                            why = f"count {len(ours)} vs {len(theirs_set)}"
+                        else:
+                            row = scores[layer].scores[head] if scores[layer] is not None else None
+                            only_ours, only_theirs = ours - theirs_set, theirs_set - ours
+                            gap = (
+                                float(
+                                    np.max(
+                                        np.abs(row[list(only_ours)][:, None] - row[list(only_theirs)][None])
+                                    )
+                                )
+                                if row is not None
+                                else float("nan")
+                            )
+                            why = f"{len(only_ours)} swapped, score gap {gap:.2e}"
+                    groups.setdefault((method, schedule, ratio), []).append((_jaccard(ours, theirs_set), why))
+    rows = []
+    for (method, schedule, ratio), values in sorted(groups.items()):
+        jaccards = np.array([j for j, _ in values])
+        reasons = sorted({w for _, w in values if w})
+        rows.append(
+            {
+                "method": method,
+                "schedule": schedule,
+                "ratio": ratio,
+                "mean_jaccard": float(jaccards.mean()),
+                "worst_jaccard": float(jaccards.min()),
+                "identical_heads": f"{int((jaccards == 1).sum())}/{len(jaccards)}",
+                "differences": "; ".join(reasons[:3]) + (" …" if len(reasons) > 3 else ""),
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--write-ids", type=Path, help="write the prompts' token ids for kvpress_reference.py")
+    p.add_argument("--compare", type=Path, help="kvpress_reference.py's output")
+    p.add_argument("--ids", type=Path, default=Path("ids.json"), help="the ids file the reference ran on")
+    args = p.parse_args(argv)
+    if args.write_ids:
+        write_ids(args.write_ids)
+        return 0
+    if not args.compare:
+        p.error("give --write-ids FILE or --compare FILE")
+    rows = compare(args.compare, args.ids)
+    print("| method | schedule | r | mean Jaccard | worst | identical heads | where they differ |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(
+            f"| {r['method']} | {r['schedule']} | {r['ratio']} | {r['mean_jaccard']:.4f} | "
+            f"{r['worst_jaccard']:.4f} | {r['identical_heads']} | {r['differences']} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
