@@ -175,7 +175,8 @@ class EngineThread(QThread):
             return True
         self.setParent(None)
         _ABANDONED.append(self)
-        log.info("quit: abandoned the running %s job", self._current.kind if self._current else "engine")
+        current = self._current
+        log.info("quit: abandoned the running %s job", current.kind if current is not None else "engine")
         return False
 
     def run(self) -> None:
