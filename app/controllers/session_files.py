@@ -1,15 +1,17 @@
 """File ▸ Save Session… / Open Session…: a prefill kept on disk (kvcore.engine.session_file) and shown again later.
 
 Saving writes the engine's prefill plus what is on screen (the compression view, the controls, the prompt, the
-pin) atomically. Opening reads the file on the engine thread into a new Session (loading the saved model when
-another one is loaded), checks every field, and only then replaces the current session; the GUI then shows the
+pin) atomically. Opening reads the file on the engine thread, checks its seal and every field of what it shows
+(app.controllers.session_checks), restores it into a new Session (loading the saved model's local folder, after
+its fingerprint matched, when another model is loaded; never a download), and only then replaces the current
+session; the GUI then shows the
 saved view as it was, with no prefill and no regeneration (forward-call counter 0). A bad file leaves everything
 as it was and a dialog names the part that is wrong.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,32 +19,31 @@ import numpy as np
 from PySide6.QtWidgets import QFileDialog
 
 from app.controllers.host import Host
-from app.controllers.pinning import Pin, PinController
+from app.controllers.pinning import PinController
+from app.controllers.session_checks import SavedScreen, check_restored, check_saved
 from app.controllers.sweep import SweepController
 from app.engine import view_store
 from app.engine.jobs import SESSION
 from app.engine.thread import Job, JobContext, JobFailure, JobResult
-from app.engine.view_model import CompressionView, LoadedModel, SequenceView, sequence_view
-from app.widgets.heatmap import VIEWS
-from kvcore.defaults import DEFAULT_FP_RECENT
+from app.engine.view_model import LoadedModel, SequenceView, sequence_view
 from kvcore.engine import session_file
 from kvcore.engine.session import Session
 
 SAVE, OPEN = "save_session", "open_session"
 SAVE_SHORTCUT, OPEN_SHORTCUT = "Ctrl+S", "Ctrl+O"
 FILTER = f"KV Lens session (*{session_file.SUFFIX})"
+#: The fix for a sealed file whose fields are wrong: it was edited (and re-sealed) after KV Lens wrote it.
+EDITED = "the file was edited after KV Lens saved it: open another session file, or prefill and save again"
 
 
 @dataclass
 class OpenedSession:
-    """What the GUI shows after an open: the model (when it had to be loaded), the sequence and the saved view."""
+    """What the GUI shows after an open: the model (when it had to be loaded), the sequence and the saved screen."""
 
     path: str
     loaded: LoadedModel | None
     sequence: SequenceView
-    view: CompressionView | None
-    extra: dict[str, Any] = field(default_factory=dict)
-    pin: Pin | None = None
+    saved: SavedScreen
 
 
 def save_job(path: str, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> Job:
@@ -62,49 +63,38 @@ def save_job(path: str, extra: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     return job
 
 
-def _pin(extra: dict[str, Any], arrays: dict[str, np.ndarray], view: CompressionView | None) -> Pin | None:
-    pin = extra.get("pin")
-    if pin is None or view is None:
-        return None
-    kept = arrays.get("pin.kept")
-    want = (view.n_layers, view.n_kv_heads)
-    if (
-        not isinstance(pin, dict)
-        or kept is None
-        or kept.dtype != bool
-        or kept.ndim != 3
-        or kept.shape[:2] != want
-    ):
-        raise ValueError(f"pin: expected a configuration and a bool kept mask over {want} layers x heads")
-    return Pin(dict(pin.get("config", {})), str(pin.get("label", "")), kept, dict(pin.get("cells", {})))
-
-
 def open_job(path: str) -> Job:
-    """Read `path` into a new Session over the loaded model (or the saved one, loaded now); replace the
-    current session only when every part was read and checked."""
+    """Read `path` whole — seal, model, every field of what it shows — then restore it into a new Session over
+    the loaded model (or the saved one, loaded only after its folder's fingerprint matched); the current session
+    is replaced only when every part was read and checked."""
 
     def job(ctx: JobContext) -> OpenedSession:
-        model = session_file.read_model(path)
+        contents = session_file.read_contents(path)
+        header, arrays = contents
+        model = session_file.saved_model(header, path)
+        try:
+            saved = check_saved(header.get("extra"), session_file.extra_arrays(arrays))
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}; {EDITED}") from e
         current = ctx.state.get(SESSION)
         loaded = None
         if current is not None and session_file.model_fingerprint(current.info.path) == model["fingerprint"]:
             session = Session(current.model, current.tokenizer, current.info)
         else:
-            ctx.progress(0.0, f"Loading {model['spec']} for the session…")
-            session = Session.load(model["spec"])
-            loaded = LoadedModel(model["spec"], session.info)
+            folder = session_file.model_folder(path, header)  # never a download, never another model
+            ctx.progress(0.0, f"Loading {folder} for the session…")
+            session = Session.load(folder)
+            loaded = LoadedModel(folder, session.info)
         ctx.check_cancelled()
-        extra, arrays = session_file.open_session(path, session)
+        session_file.open_session(path, session, contents)
         n_columns = len(session.prompt_ids) + len(session.dense_tokens)
+        info = session.info
         try:
-            view = None
-            if extra.get("view") is not None:
-                view = view_store.unpack(extra["view"], arrays, session.info.n_layers, n_columns)
-            pin = _pin(extra, arrays, view)
+            check_restored(saved, info.n_layers, info.n_kv_heads, n_columns, len(session.prompt_ids))
         except ValueError as e:
-            raise ValueError(f"{path}: {e}") from e
+            raise ValueError(f"{path}: {e}; {EDITED}") from e
         ctx.state[SESSION] = session
-        return OpenedSession(path, loaded, sequence_view(session), view, extra, pin)
+        return OpenedSession(path, loaded, sequence_view(session), saved)
 
     return job
 
@@ -184,29 +174,29 @@ class SessionFiles:
     def _on_opened(self, result: JobResult) -> None:
         w = self.host
         opened: OpenedSession = result.value
+        saved = opened.saved
         if opened.loaded is not None:
             w.show_loaded(opened.loaded)
         pins = self.pinning.clear("a session was opened")
         sweeps = self.sweeping.clear("a session was opened")
-        extra = opened.extra
         panel = w.sessionPanel
-        panel.promptEdit.setPlainText(str(extra.get("prompt", "")))
-        if isinstance(extra.get("chat_template"), bool):
-            panel.chatTemplateCheck.setChecked(extra["chat_template"])
-        if isinstance(extra.get("system_prompt"), str):
-            panel.systemPromptEdit.setText(extra["system_prompt"])
+        panel.promptEdit.setPlainText(saved.prompt)
+        if saved.chat_template is not None:
+            panel.chatTemplateCheck.setChecked(saved.chat_template)
+        if saved.system_prompt is not None:
+            panel.systemPromptEdit.setText(saved.system_prompt)
         w.sessionPanel.set_generated(opened.sequence.tokens, opened.sequence.prompt_len)
         w.status.set_timing("prefill", opened.sequence.prefill_ms)
         w.prefilled = True
-        self._set_controls(extra)
-        if opened.view is None:
+        self._set_controls(saved)
+        if saved.view is None:
             w.request_compression()
         else:
-            w.show_compression(opened.view)
-            if opened.pin is not None:
-                self.pinning.restore(opened.pin)
-            if extra.get("heatmap_view") in VIEWS:
-                w.heatmap.set_view(extra["heatmap_view"])
+            w.show_compression(saved.view)
+            if saved.pin is not None:
+                self.pinning.restore(saved.pin)
+            if saved.heatmap_view is not None:
+                w.heatmap.set_view(saved.heatmap_view)
         self.last_opened = opened.path
         self._remember(opened.path)
         w.status.show(
@@ -218,17 +208,17 @@ class SessionFiles:
         self.host.settings.add_recent_session(str(Path(path).resolve()))
         self.host.rebuild_recent_menus()
 
-    def _set_controls(self, extra: dict[str, Any]) -> None:
-        """The saved controls, without the recompress their signals would ask for."""
+    def _set_controls(self, saved: SavedScreen) -> None:
+        """The saved controls (checked by session_checks), without the recompress their signals would ask for."""
         controls = self.host.controls
         check = controls.autoRegenerateCheck
         controls.blockSignals(True)
         check.blockSignals(True)
         try:
-            if isinstance(extra.get("config"), dict):  # files from before the float residual had none: 0
-                controls.set_config({"fp_recent": DEFAULT_FP_RECENT, **extra["config"]})
-            if isinstance(extra.get("auto_regenerate"), bool):
-                controls.autoRegenerateCheck.setChecked(extra["auto_regenerate"])
+            if saved.config is not None:
+                controls.set_config(saved.config)
+            if saved.auto_regenerate is not None:
+                controls.autoRegenerateCheck.setChecked(saved.auto_regenerate)
         except ValueError as e:
             self.host.status.warn(f"Session: saved controls not applied ({e})")
         finally:

@@ -69,6 +69,18 @@ class JobFailure:
 
 Job = Callable[[JobContext], Any]
 
+#: How long a quit waits for the running job to notice its cancellation (a prefill or sweep checks every step);
+#: a job that does not (a model load) is abandoned, so quitting takes well under 2 s.
+QUIT_WAIT_MS = 1000
+#: Engine threads a quit left running: kept here so that no one destroys a QThread while it runs.
+_ABANDONED: list[EngineThread] = []
+
+
+def abandoned_running() -> bool:
+    """Whether a quit left an engine thread running a job it could not interrupt: the process then ends
+    without waiting for it (app.gui)."""
+    return any(t.isRunning() for t in _ABANDONED)
+
 
 @dataclass(frozen=True)
 class Callbacks:
@@ -147,14 +159,25 @@ class EngineThread(QThread):
             if self._current is not None and kind in (None, self._current.kind):
                 self._current._cancel.set()
 
-    def shutdown(self, timeout_ms: int = 10000) -> None:
+    def shutdown(self, timeout_ms: int = QUIT_WAIT_MS) -> bool:
+        """Stop for good: drop every pending job and its callbacks, cancel the running one and wait up to
+        `timeout_ms` for it. True when the thread ended. A job that cannot be interrupted (a model load) is
+        abandoned instead: the thread is detached — no parent, held by this module, so nothing destroys it
+        while it runs — and ends by itself when the job returns; `abandoned_running` tells the caller."""
         with self._cv:
             self._stopping = True
             self._drop_pending(lambda p: True)
+            self._callbacks.clear()  # a job ending after the quit reaches no window
             if self._current is not None:
                 self._current._cancel.set()
             self._cv.notify()
-        self.wait(timeout_ms)
+        if self.wait(timeout_ms):
+            return True
+        self.setParent(None)
+        _ABANDONED.append(self)
+        current = self._current
+        log.info("quit: abandoned the running %s job", current.kind if current is not None else "engine")
+        return False
 
     def run(self) -> None:
         self.thread_ident = threading.get_ident()

@@ -2,7 +2,7 @@
 
 Opening a session shows the saved view as it was — heatmap, statistics, metrics, continuations — without
 asking the engine to regenerate (no forward pass). Arrays go into the safetensors file, everything else into
-its JSON; reading back checks the shapes against each other, so a forged file fails with "view: …".
+its JSON; reading back checks every field (app.engine.view_checks), so a forged file fails with "view: …".
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from app.engine.view_checks import check_view
 from app.engine.view_model import CompressionView, SequenceView, TokenSteps
 
 _NESTED = {"sequence": SequenceView, "token_steps": TokenSteps}
@@ -55,7 +56,7 @@ def _unpack(cls: type, fields: Any, arrays: dict[str, np.ndarray]) -> Any:
             raise ValueError(f"view: {cls.__name__}.{f.name} is missing")
         value = fields[f.name]
         if isinstance(value, dict) and set(value) == {"array"}:
-            if value["array"] not in arrays:
+            if not isinstance(value["array"], str) or value["array"] not in arrays:
                 raise ValueError(f"view: array {value['array']!r} is missing")
             value = arrays[value["array"]]
         elif isinstance(value, dict) and set(value) == {"dataclass"}:
@@ -66,32 +67,9 @@ def _unpack(cls: type, fields: Any, arrays: dict[str, np.ndarray]) -> Any:
     return cls(**values)
 
 
-def unpack(fields: Any, arrays: dict[str, np.ndarray], n_layers: int, n_columns: int) -> CompressionView:
-    """The view `pack` wrote, checked against the restored session (layers, prompt + continuation columns)."""
-    try:
-        view = _unpack(CompressionView, fields, arrays)
-    except TypeError as e:
-        raise ValueError(f"view: {e}") from e
-    rows = view.n_layers * view.n_kv_heads if isinstance(view.n_kv_heads, int) else -1
-    if view.n_layers != n_layers or not isinstance(view.kept, np.ndarray) or view.kept.dtype != bool:
-        raise ValueError(f"view: expected a bool kept mask over {n_layers} layers")
-    if (
-        view.kept.shape != (rows, n_columns)
-        or len(view.token_texts) != n_columns
-        or len(view.row_labels) != rows
-    ):
-        raise ValueError(
-            f"view: kept mask {view.kept.shape}, {len(view.token_texts)} token texts and {len(view.row_labels)} "
-            f"rows do not match {rows} rows x {n_columns} columns"
-        )
-    for name in ("scores", "quant_error"):
-        grid = getattr(view, name)
-        if grid is not None and (not isinstance(grid, np.ndarray) or grid.shape != view.kept.shape):
-            raise ValueError(f"view: {name} must be a {view.kept.shape} array")
-    if not isinstance(view.metrics, dict) or not isinstance(view.stats_rows, list):
-        raise ValueError("view: metrics must be an object and stats_rows a list")
-    labels = view.not_compressible_labels
-    if not isinstance(labels, dict) or not all(str(k).isdigit() for k in labels):
-        raise ValueError("view: not_compressible_labels must map layers to labels")
-    view.not_compressible_labels = {int(k): str(v) for k, v in labels.items()}
+def unpack(fields: Any, arrays: dict[str, np.ndarray]) -> CompressionView:
+    """The view `pack` wrote, every field checked by type, range and against the others
+    (app.engine.view_checks); `view_checks.check_fits` then checks it against the restored session."""
+    view = _unpack(CompressionView, fields, arrays)
+    check_view(view)
     return view

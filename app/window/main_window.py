@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication, QDockWidget, QFileDialog, QMainWindo
 from app.controllers.needle_grid import NeedleController
 from app.controllers.pinning import PinController
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
-from app.controllers.results_files import ResultsFiles
+from app.controllers.results_files import OPEN_RESULTS, ResultsFiles
 from app.controllers.session_files import OPEN, SAVE, SessionFiles
 from app.controllers.sweep import SweepController
 from app.engine import jobs
@@ -47,6 +47,7 @@ LONG_KINDS = {
     SWEEP: "Sweeping",
     NEEDLES: "Running the needle grid",
     OPEN: "Opening the session",
+    OPEN_RESULTS: "Opening the results",
     SAVE: "Saving the session",
 }
 

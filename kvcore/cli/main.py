@@ -491,9 +491,9 @@ def _session_model(args: argparse.Namespace) -> str:
     """--model, or with --session and the default --model, the model the session was saved with."""
     if args.session is None or args.model != str(demo_model_dir()):
         return args.model
-    from kvcore.engine.session_file import read_model
+    from kvcore.engine.session_file import model_folder
 
-    return read_model(args.session)["spec"]
+    return model_folder(args.session)  # a local folder whose fingerprint matches: never a download
 
 
 def _sweep(args: argparse.Namespace, session: Any, configs: list, plot_writer: PlotWriter | None) -> int:

@@ -113,14 +113,53 @@ def save_session(
     cache_io.write_file(path, arrays, header)
 
 
+def read_contents(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, mx.array]]:
+    """(header, arrays) of a session file, read once and checked complete and sealed (its SHA-256), so every
+    later check looks at the bytes that will be used."""
+    return cache_io.read_file(Path(path), FORMAT, VERSION)
+
+
+def saved_model(header: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
+    """The model reference of a read header: spec, name and fingerprint, each a string."""
+    model = header.get("model")
+    if not isinstance(model, dict) or not all(
+        isinstance(model.get(k), str) and model[k] for k in ("spec", "name", "fingerprint")
+    ):
+        raise ValueError(f"{path}: model: expected the model's spec, name and fingerprint as text")
+    return model
+
+
 def read_model(path: str | os.PathLike) -> dict[str, Any]:
     """The model reference of a session file (spec, name, fingerprint), to load the model before opening."""
-    path = Path(path)
-    header, _ = cache_io.read_file(path, FORMAT, VERSION)
-    model = header.get("model")
-    if not isinstance(model, dict) or not isinstance(model.get("spec"), str):
-        raise ValueError(f"{path}: model: missing the model reference")
-    return model
+    return saved_model(read_contents(path)[0], path)
+
+
+def model_folder(path: str | os.PathLike, header: dict[str, Any] | None = None) -> str:
+    """The local folder of the model a session file names, checked against the saved fingerprint before
+    anything loads it. A session file never downloads: a hub id, or a folder that is gone or holds another
+    model, is refused with the fix (load the model first)."""
+    header = read_contents(path)[0] if header is None else header
+    model = saved_model(header, path)
+    spec, name = model["spec"], model["name"]
+    folder = Path(spec).expanduser()
+    if not (folder / "config.json").is_file():
+        raise ValueError(
+            f"{path}: model: saved with {name!r} from {spec!r}, which is not a model folder on this computer; "
+            "a session file never downloads a model: load that model (File ▸ Open model folder…, or --model) "
+            "and open the session again"
+        )
+    found = model_fingerprint(folder)
+    if found != model["fingerprint"]:
+        raise ValueError(
+            f"{path}: model: saved with {name!r} (fingerprint {model['fingerprint'][:16]}), but {folder} now "
+            f"holds another model (fingerprint {found[:16]}): load the model the session was saved with first"
+        )
+    return str(folder)
+
+
+def extra_arrays(arrays: dict[str, mx.array]) -> dict[str, np.ndarray]:
+    """The caller's arrays (`extra_arrays` of save_session) among a file's arrays, as NumPy."""
+    return {k[len(_EXTRA) :]: np.array(v) for k, v in arrays.items() if k.startswith(_EXTRA)}
 
 
 def _ints(value: Any, n_min: int, limit: int | None, part: str, where: Path) -> list[int]:
@@ -162,6 +201,8 @@ def _layers(header: dict, key: str, arrays: dict, offset: int, info: Any, where:
                     f"{where}: {key}: layer {i} holds {side} {shape} at offset {layer.offset}, expected "
                     f"[1, {info.n_kv_heads}, {offset}, {dim}]"
                 )
+            if not bool(mx.all(mx.isfinite(array[..., :offset, :])).item()):
+                raise ValueError(f"{where}: {key}: layer {i} {side} hold NaN or infinite values")
     return cache
 
 
@@ -214,13 +255,18 @@ def _query_stats(
     return QueryStats(rows, count, mean, m2, rotation=rotation)
 
 
-def open_session(path: str | os.PathLike, session: Session) -> tuple[dict, dict[str, np.ndarray]]:
+def open_session(
+    path: str | os.PathLike,
+    session: Session,
+    contents: tuple[dict[str, Any], dict[str, mx.array]] | None = None,
+) -> tuple[dict, dict[str, np.ndarray]]:
     """Restore a file `save_session` wrote into `session` (its model must match); returns the saved `extra`
-    and `extra_arrays` (the caller checks what they mean).
+    and `extra_arrays` (the caller checks what they mean). `contents` is what `read_contents` read, when the
+    caller has checked it already; otherwise the file is read now.
 
     Every field is checked first; on any error (ValueError naming the part) the session is left as it was."""
     path = Path(path)
-    header, arrays = cache_io.read_file(path, FORMAT, VERSION)
+    header, arrays = read_contents(path) if contents is None else contents
     info = session.info
     model = header.get("model") if isinstance(header.get("model"), dict) else {}
     saved, loaded = model.get("fingerprint"), model_fingerprint(info.path)
@@ -275,6 +321,6 @@ def open_session(path: str | os.PathLike, session: Session) -> tuple[dict, dict[
     _observe_keys(before, before.cache)
     full.before_last = before
     full.skipped = before.skipped = {int(k): v for k, v in skipped.items()}
-    own = {k[len(_EXTRA) :]: np.array(v) for k, v in arrays.items() if k.startswith(_EXTRA)}
+    own = extra_arrays(arrays)
     session.restore_prefill(full, ids, applied, dense, references, decode, float(prefill_ms))
     return extra, own

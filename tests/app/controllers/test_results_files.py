@@ -9,10 +9,11 @@ import csv
 import json
 import math
 import os
+import time
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QKeySequence
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
@@ -59,6 +60,15 @@ def window(qapp, tmp_path_factory):
     QApplication.processEvents()
 
 
+def _open(window, path) -> bool:
+    """File ▸ Open Results on `path`, waiting while the engine thread reads it: True when it was drawn."""
+    window.last_error = None
+    if window.results_files.open(path) is None:
+        return False
+    wait_until(lambda: window.results_files.opening is None)
+    return window.last_error is None
+
+
 def _summary(path) -> list[dict[str, float | str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -83,7 +93,7 @@ def test_the_summary_run_writes_the_plot_and_every_metric_with_an_interval(resul
 def test_open_results_draws_each_configuration_with_its_interval_and_the_pareto_front(window, results):
     _, summary_csv, _, _ = results
     rows = _summary(summary_csv)
-    assert window.results_files.open(summary_csv), window.last_error
+    assert _open(window, summary_csv), window.last_error
     plot = window.sweepPanel.frontier
     assert window.sweepDock.isVisible() and plot.showing_results()
     points = plot.points()
@@ -120,7 +130,7 @@ def test_open_results_draws_each_configuration_with_its_interval_and_the_pareto_
 
 def test_hover_says_configuration_mean_interval_and_prompts_and_a_click_applies_nothing(window, results):
     _, summary_csv, _, _ = results
-    assert window.results_files.open(summary_csv)
+    assert _open(window, summary_csv)
     plot = window.sweepPanel.frontier
     plot.set_metric("agreement")
     row = _summary(summary_csv)[1]
@@ -143,7 +153,7 @@ def test_hover_says_configuration_mean_interval_and_prompts_and_a_click_applies_
 
 def test_a_new_prefill_keeps_the_results_they_belong_to_no_prefill(window, results):
     _, summary_csv, _, _ = results
-    assert window.results_files.open(summary_csv)
+    assert _open(window, summary_csv)
     points = window.sweepPanel.frontier.points()
     drawn = len(window.displayed_ids)
     window.sessionPanel.promptEdit.setPlainText("def f(x):\n    return x + 1\n")
@@ -154,11 +164,11 @@ def test_a_new_prefill_keeps_the_results_they_belong_to_no_prefill(window, resul
 
 def test_per_row_csv_and_json_summary_open_to_the_same_points(window, results):
     out, summary_csv, summary_json, _ = results
-    assert window.results_files.open(summary_csv)
+    assert _open(window, summary_csv)
     plot = window.sweepPanel.frontier
     want = [(p.config, p.prompts, p.metrics, p.intervals, p.memory) for p in plot.points()]
     for path in (summary_json, out):
-        assert window.results_files.open(path), window.last_error
+        assert _open(window, path), window.last_error
         got = [(p.config, p.prompts, p.metrics, p.intervals, p.memory) for p in plot.points()]
         assert got == want, path
 
@@ -174,11 +184,12 @@ def test_the_file_menu_action_has_its_own_shortcut_and_recent_results_reopen(win
         if a is not action and not a.shortcut().isEmpty()
     ]
     assert action.shortcut() not in others
-    assert window.results_files.open(summary_json) and window.results_files.open(summary_csv)
+    assert _open(window, summary_json) and _open(window, summary_csv)
     recent = window.actions_.recent_results.actions()
     assert [a.text() for a in recent][:2] == [str(summary_csv.resolve()), str(summary_json.resolve())]
     window.sweepPanel.frontier.clear()
     recent[1].trigger()  # File ▸ Open Recent Results ▸ the JSON
+    wait_until(lambda: window.results_files.opening is None)
     assert window.sweeping.results_path == summary_json.resolve()
     assert len(window.sweepPanel.frontier.points()) == 2
 
@@ -222,7 +233,7 @@ def _bad(results, tmp_path) -> dict[str, tuple[bytes, str]]:
 )
 def test_bad_results_files_show_a_dialog_and_keep_the_plot(window, results, tmp_path, case):
     _, summary_csv, _, _ = results
-    assert window.results_files.open(summary_csv)
+    assert _open(window, summary_csv)
     plot = window.sweepPanel.frontier
     plot.set_metric("agreement")
     before_points, before_bars = plot.points(), _bars(plot)
@@ -231,7 +242,7 @@ def test_bad_results_files_show_a_dialog_and_keep_the_plot(window, results, tmp_
     bad = tmp_path / ("bad.json" if "json" in case else "bad.csv")
     bad.write_bytes(data)
     window.last_error = None
-    assert not window.results_files.open(bad)
+    assert not _open(window, bad)
     assert window.last_error is not None and str(bad) in window.last_error and fragment in window.last_error
     assert "kvlens sweep --prompts" in window.last_error  # the fix: which file to open instead
     assert window._message_box is not None and window._message_box.text() == window.last_error
@@ -264,3 +275,45 @@ def test_prompt_set_plot_refusals_exit_2_before_the_model_loads(
     err = capsys.readouterr().err.strip()
     assert err.startswith("kvlens: error:") and message in err and "\n" not in err
     assert list(tmp_path.iterdir()) == [prompts]
+
+
+def test_a_100k_row_results_file_opens_while_the_window_keeps_running(window, results, tmp_path):
+    """Issue 42 item 16: read and bootstrapped on the GUI thread, such a file froze the window for 16 s."""
+    out, summary_csv, _, _ = results
+    header, *rows = out.read_text().splitlines()
+    prompt = header.split(",").index("prompt")
+    big = tmp_path / "big.csv"
+    lines = [header]
+    copies = -(-100_000 // len(rows))  # each copy of the run is under other prompt ids
+    for i in range(copies):
+        for row in rows:
+            cells = row.split(",")
+            cells[prompt] = f"{cells[prompt]}-{i}"
+            lines.append(",".join(cells))
+    big.write_text("\n".join(lines) + "\n")
+    assert len(lines) - 1 >= 100_000
+    ticks: list[float] = []
+    said: set[str] = set()  # what the status bar said while the file was read
+
+    def tick() -> None:
+        ticks.append(time.monotonic())
+        said.add(window.status.busyLabel.text())
+
+    timer = QTimer()
+    timer.timeout.connect(tick)
+    timer.start(20)
+    window.last_error = None
+    try:
+        start = time.monotonic()
+        rid = window.results_files.open(big)
+        returned = time.monotonic() - start
+        assert rid is not None and returned < 0.2  # the GUI thread only submits the job
+        wait_until(lambda: window.results_files.opening is None, timeout=300)
+        took = time.monotonic() - start
+    finally:
+        timer.stop()
+    assert window.last_error is None and window.sweeping.results_path == big
+    assert "Reading and summarising big.csv…" in said  # the progress
+    assert [p.prompts for p in window.sweepPanel.frontier.points()] == [len(PROMPTS) * copies] * 2
+    gaps = np.diff([start, *ticks])
+    assert len(ticks) >= took / 0.02 / 3 and gaps.max() < 0.5, (took, len(ticks), gaps.max())

@@ -142,7 +142,7 @@ BAD = {
     "flipped byte": (lambda raw, out: out.write_bytes(raw[:-3] + bytes([raw[-3] ^ 1]) + raw[-2:]), "SHA-256"),
     "view mask cut": (
         lambda h, a: a.update({"extra.view.kept": a["extra.view.kept"][:, :3]}),
-        "view: kept mask",
+        "view: kept must be",
     ),
     "prompt ids": (lambda h, a: h.__setitem__("prompt_ids", [-1, 2]), "prompt_ids"),
     "pin mask": (lambda h, a: a.update({"extra.pin.kept": a["extra.pin.kept"][0]}), "pin:"),

@@ -1,12 +1,15 @@
 """kvlens compress|sweep --session FILE: the saved prefill instead of a new one, the same numbers, the saved model."""
 
 import json
+import shutil
 
+import mlx.core as mx
 import pytest
 
+from kvcore.cache import files as cache_io
 from kvcore.cli.main import main
 from kvcore.engine.session import CompressionConfig, Session
-from kvcore.engine.session_file import model_fingerprint, save_session
+from kvcore.engine.session_file import FORMAT, VERSION, model_fingerprint, save_session
 
 PROMPT = (
     "def main(argv):\n    return sum(x * x for x in argv)\nThe quick brown fox jumps over the lazy dog.\n" * 2
@@ -63,3 +66,27 @@ def test_session_and_prompt_are_exclusive(saved, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["compress", "--session", str(path), "--prompt", "x"])
     assert exc.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("spec", ["someorg/somemodel", "other"])
+def test_the_model_a_session_names_is_checked_before_any_load(
+    saved, model_dirs, capsys, monkeypatch, tmp_path, spec
+):
+    """Issue 42 item 6: a hub id in a session file started a download; a folder holding another model was loaded
+    and only then refused. Now both exit 2 with one line before Session.load runs."""
+    _, path = saved
+    if spec == "other":  # the folder now holds another model (garbage weights: a load would fail otherwise)
+        spec = str(tmp_path / "other")
+        shutil.copytree(model_dirs["qwen3"], spec)
+        (tmp_path / "other" / "model.safetensors").write_bytes(b"not weights")
+    header, arrays = cache_io.read_file(path, FORMAT, VERSION)
+    header["model"] = {**header["model"], "spec": spec}
+    header["sha256"] = cache_io._digest(header, arrays)  # re-sealed with kvcore's own seal
+    forged = tmp_path / "forged.kvlens"
+    with open(forged, "wb") as fh:
+        mx.save_safetensors(fh, dict(arrays), {"kvlens": json.dumps(header, sort_keys=True)})
+    monkeypatch.setattr(Session, "load", lambda *a, **k: pytest.fail("a model load ran"))
+    assert main(["compress", "--session", str(forged)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(forged) in err
+    assert ("now holds another model" if spec.startswith("/") else "never downloads") in err

@@ -9,7 +9,15 @@ import pytest
 
 from kvcore.cache import files as cache_io
 from kvcore.engine.session import CompressionConfig, Session
-from kvcore.engine.session_file import FORMAT, VERSION, model_fingerprint, open_session, save_session
+from kvcore.engine.session_file import (
+    FORMAT,
+    VERSION,
+    model_fingerprint,
+    model_folder,
+    open_session,
+    read_model,
+    save_session,
+)
 
 PROMPT = "def area(w, h):\n    return w * h\nprint(area(3, 4))\n" * 3
 CONFIGS = [
@@ -208,3 +216,41 @@ def test_a_file_without_query_statistics_opens_and_expected_attention_names_the_
     np.testing.assert_array_equal(s.compress(CONFIGS[0]).kept, original.compress(CONFIGS[0]).kept)
     with pytest.raises(ValueError, match="query_stats=True"):
         s.compress(CONFIGS[-2])
+
+
+@pytest.mark.parametrize("side", ["cache.2.keys.0", "decode.0.values.0"])
+def test_infinite_cache_entries_are_refused(saved, tmp_path, side):
+    """Issue 42 item 4: an infinite key or value was accepted and gave NaN metrics."""
+    original, path = saved
+
+    def poison(arrays):
+        x = np.array(arrays[side])
+        x[0, 1, 2, 3] = -np.inf
+        arrays[side] = mx.array(x)
+
+    forged = _forged(path, tmp_path, edit_arrays=poison)
+    s = _fresh(original)
+    with pytest.raises(ValueError, match="hold NaN or infinite values") as err:
+        open_session(forged, s)
+    assert str(forged) in str(err.value) and s.prompt_ids == [] and s._capture is None
+
+
+def test_model_folder_resolves_only_a_local_folder_whose_fingerprint_matches(saved, model_dirs, tmp_path):
+    """Issue 42 item 6: the model a file names is checked before anything loads it; a hub id is never fetched."""
+    _, path = saved
+    assert model_folder(path) == str(model_dirs["llama"])
+    for spec, fingerprint, fragment in (
+        ("someorg/somemodel", "0" * 64, "not a model folder on this computer"),
+        (str(tmp_path / "gone"), "0" * 64, "not a model folder on this computer"),
+        (str(model_dirs["qwen3"]), model_fingerprint(model_dirs["llama"]), "now holds another model"),
+    ):
+        model = {"spec": spec, "name": "llama", "fingerprint": fingerprint}
+        forged = _forged(path, tmp_path, edit_header=lambda h, m=model: h.__setitem__("model", m))
+        with pytest.raises(ValueError, match=fragment) as err:
+            model_folder(forged)
+        assert str(forged) in str(err.value) and "\n" not in str(err.value)
+        if "not a model folder" in fragment:
+            assert "never downloads" in str(err.value)
+    forged = _forged(path, tmp_path, edit_header=lambda h: h["model"].__setitem__("spec", ["x"]))
+    with pytest.raises(ValueError, match="model: expected the model's spec"):
+        read_model(forged)
