@@ -27,7 +27,6 @@ import numpy as np
 from benchmarks.common import ROOT
 
 PROMPTS = ("dict_lookup", "needle_in_code", "long_identifier")
-SCHEDULES = ("paper", "mlx-lm")
 
 
 def write_ids(path: Path) -> None:

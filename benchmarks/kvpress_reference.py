@@ -5,7 +5,7 @@ DESIGN.md); imports nothing of KV Lens. Input: the JSON `kvpress_parity --write-
 ids of each prompt, per schedule). For every press and ratio it runs one pressed prefill and reads, per layer and
 kv-head, which input positions the compressed cache still holds: a scorer press gathers rows of the dense keys, so
 each kept row is matched to its nearest dense row; AdaKV masks instead of gathering, so its kept positions are the
-complement of the indices it records on each attention module.
+complement of the `masked_key_indices` it records on each attention module.
 
     python benchmarks/kvpress_reference.py --ids ids.json --model resources/models/kvlens-demo --out kept.json
 """
@@ -65,13 +65,13 @@ def _kept(model, press, ids, torch, cache_cls) -> list[list[list[int]]]:
     out = []
     for i, layer in enumerate(model.model.layers):
         ref = _layer_keys(dense, i)[0].float()  # [H, T, D]
-        masked = getattr(layer.self_attn, "indices", None)
-        if masked is not None and len(masked[0]):  # AdaKV: (batch, head, position) of the pruned pairs
+        masked = getattr(layer.self_attn, "masked_key_indices", None)
+        if masked is not None:  # AdaKV masks (batch, head, position) of the pruned pairs instead of gathering
             n_heads, n_tokens = ref.shape[:2]
             keep = torch.ones(n_heads, n_tokens, dtype=torch.bool, device=ref.device)
             keep[masked[1], masked[2]] = False
             out.append([torch.nonzero(keep[h]).flatten().tolist() for h in range(n_heads)])
-            layer.self_attn.indices = None
+            layer.self_attn.masked_key_indices = None
             continue
         kept = _layer_keys(pressed, i)[0].float()  # [H, n, D]
         nearest = torch.cdist(kept, ref).argmin(dim=-1)  # [H, n]

@@ -126,7 +126,3 @@ class StatsTable(QTableView):
     def rows(self) -> list[dict[str, Any]]:
         """Copies of the rows in display order."""
         return self._model.rows()
-
-    def stats_model(self) -> StatsModel:
-        """The underlying model (typed, unlike QTableView.model())."""
-        return self._model

@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -67,7 +68,9 @@ class _Parser(argparse.ArgumentParser):
         if any(a.dest in ("method", "methods") for a in self._actions):
             from kvcore.methods import available
 
-            self.epilog = f"methods: {', '.join(available())}"
+            names = textwrap.fill(", ".join(available()), width=100, break_on_hyphens=False)
+            self.epilog = f"methods ('kvlens methods' defines each):\n{textwrap.indent(names, '  ')}"
+            self.formatter_class = argparse.RawDescriptionHelpFormatter
         return super().format_help()
 
 
