@@ -2,34 +2,89 @@
 
 A crash or a full disk mid-write must never leave a half-written CSV, settings, image or cache file where a
 good one was; os.replace within one folder is atomic on POSIX and Windows. The temp file keeps the target's
-suffix so writers that choose a format by suffix (image exporters, safetensors) still work.
+suffix so writers that choose a format by suffix (image exporters, safetensors) still work. The new file keeps
+the permission bits of the one it replaces (a new file gets the umask's, as open() would give it), and the temp
+files an earlier, killed write of the same file left behind are removed when the next write of it starts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+#: mkstemp's random part: eight of [a-z0-9_].
+_RANDOM = r"[a-z0-9_]{8}"
+
+
+def temp_prefix_suffix(dest: Path) -> tuple[str, str]:
+    """The (prefix, suffix) of the temp files written for `dest`: `.<stem>.XXXXXXXX.tmp<suffix>`."""
+    return f".{dest.stem}.", f".tmp{dest.suffix}"
+
+
+def stale_temp_files(dest: Path) -> list[Path]:
+    """Temp files beside `dest` that a write of `dest` (this module's name pattern) left behind."""
+    prefix, suffix = temp_prefix_suffix(dest)
+    pattern = re.compile(re.escape(prefix) + _RANDOM + re.escape(suffix))
+    try:
+        names = os.listdir(dest.parent)
+    except OSError:
+        return []
+    return [dest.parent / n for n in names if pattern.fullmatch(n)]
+
+
+def _umask() -> int:
+    """The process umask (read without changing it where /proc has it; os.umask's set-and-restore otherwise)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(dest: Path) -> int:
+    """The permission bits `dest` keeps (an existing file's), or a new file's under the umask."""
+    try:
+        return dest.stat().st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp path beside `path`; on success it replaces `path`, on failure it is removed."""
+    """Yield a temp path beside `path`; on success it replaces `path`, on failure it is removed.
+
+    An OSError (a full disk, the folder gone, a folder in the file's place) names `path`."""
     dest = Path(path)
     folder = dest.parent
     if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: folder does not exist; choose an existing folder")
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.stem}.", suffix=f".tmp{dest.suffix}", dir=folder)
+        raise FileNotFoundError(2, "folder does not exist; choose an existing folder", str(folder))
+    for stale in stale_temp_files(dest):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+    prefix, suffix = temp_prefix_suffix(dest)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    except OSError as exc:
+        raise type(exc)(exc.errno, exc.strerror, str(dest)) from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, _mode_for(dest))
         os.replace(tmp_path, dest)
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(dest)) from None
     finally:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             tmp_path.unlink()
 
 

@@ -158,7 +158,12 @@ def _agree(ranks: Any, setup: dict[str, Any]) -> dict[str, Any]:
 
 def _key_table(items: list[PromptItem], mode: Mode) -> dict[tuple[str, ...], tuple[int, int]]:
     configs = encode_rows(mode.cells, CONFIG_COLUMNS)
-    return {(p.id, *cells): (i, c) for i, p in enumerate(items) for c, cells in enumerate(configs)}
+    return {(_id_cell(p.id), *cells): (i, c) for i, p in enumerate(items) for c, cells in enumerate(configs)}
+
+
+def _id_cell(prompt_id: str) -> str:
+    """A prompt id as its rows' `prompt` cell holds it (neutralised like every text cell: `=x` -> `'=x`)."""
+    return encode_rows([{"prompt": prompt_id}], ("prompt",))[0][0]
 
 
 def _row_key(record: list[str], columns: Sequence[str]) -> tuple[str, ...]:
@@ -180,7 +185,7 @@ def _place(records: Records, items: list[PromptItem], mode: Mode) -> SetResults:
 
 
 def _check_key(records: Records, item: PromptItem, mode: Mode, config: int) -> None:
-    expected = (item.id, *encode_rows([mode.cells[config]], CONFIG_COLUMNS)[0])
+    expected = (_id_cell(item.id), *encode_rows([mode.cells[config]], CONFIG_COLUMNS)[0])
     if any(_row_key(r, mode.columns) != expected for r in records):
         raise RuntimeError(f"rows of configuration {config} do not carry its cells {expected}: a kvcore bug")
 
