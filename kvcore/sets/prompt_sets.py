@@ -66,7 +66,7 @@ def read_capped(path: Path, what: str, cap: int) -> bytes:
         raise PromptSetError(f"{what} {path} is a folder; give a text file") from None
     except OSError as exc:
         raise PromptSetError(f"{what} {path} cannot be read: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
+    try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             raise PromptSetError(f"{what} {path} is a folder; give a text file")
@@ -79,13 +79,17 @@ def read_capped(path: Path, what: str, cap: int) -> bytes:
                 f"{what} {path} is {info.st_size:,} bytes, over the {cap:,}-byte limit (more text than a model's "
                 "context holds); shorten it"
             )
-        try:
-            data = f.read(cap + 1)
-        except OSError as exc:
-            raise PromptSetError(f"{what} {path} cannot be read: {exc.strerror}") from None
-    if len(data) > cap:
+        chunks, size = [], 0
+        while size <= cap and (chunk := os.read(fd, min(1 << 20, cap + 1 - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise PromptSetError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > cap:
         raise PromptSetError(f"{what} {path} grew past the {cap:,}-byte limit while read; shorten it")
-    return data
+    return b"".join(chunks)
 
 
 def set_digest(items: list[PromptItem]) -> str:
