@@ -126,6 +126,7 @@ def evaluate_set(
     run_rounds(jobs, evaluate, ranks, results, lambda p: repr(items[p].id), on_round)
     outcome = _finish(request, mode, results, len(items), ranks, plot_writer) if ranks.rank == 0 else None
     ranks.gather(b"")  # every rank waits for rank 0's files
+    ranks.finished = True
     return outcome
 
 
