@@ -10,6 +10,7 @@ files an earlier, killed write of the same file left behind are removed when the
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import tempfile
@@ -19,6 +20,16 @@ from typing import BinaryIO
 
 #: mkstemp's random part: eight of [a-z0-9_].
 _RANDOM = r"[a-z0-9_]{8}"
+
+
+class MissingFolder(FileNotFoundError):
+    """The destination's folder does not exist (ENOENT, `filename` the folder), said in one plain line."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(errno.ENOENT, "folder does not exist; choose an existing folder", str(folder))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
 
 
 def temp_prefix_suffix(dest: Path) -> tuple[str, str]:
@@ -64,7 +75,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     dest = Path(path)
     folder = dest.parent
     if not folder.is_dir():
-        raise FileNotFoundError(2, "folder does not exist; choose an existing folder", str(folder))
+        raise MissingFolder(folder)
     for stale in stale_temp_files(dest):
         with contextlib.suppress(OSError):
             stale.unlink()

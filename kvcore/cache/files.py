@@ -218,7 +218,7 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
 def read_file(path: Path, fmt: str = FORMAT, version: int = VERSION) -> tuple[dict, dict[str, mx.array]]:
     """(header, arrays) of a file `write_file` wrote, after the completeness, format and digest checks."""
     if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+        raise ValueError(f"{path}: not a regular file" if path.exists() else f"{path}: no such file")
     header = _read_header(path, fmt, version)
     try:
         arrays = mx.load(str(path), format="safetensors")

@@ -628,8 +628,7 @@ def _is_utf8(text: str) -> bool:
 
 def _os_error(exc: OSError) -> str:
     """A filesystem failure as one line: the file, the reason, and what to do."""
-    where = exc.filename if exc.filename is not None else "a file"
-    reason = exc.strerror or str(exc)
+    what = f"{exc.filename}: {exc.strerror}" if exc.filename is not None and exc.strerror else str(exc)
     if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
         fix = "free space (or raise the file size limit) and run it again; the previous file is unchanged"
     elif exc.errno in (errno.ENOENT, errno.ENOTDIR):
@@ -638,7 +637,7 @@ def _os_error(exc: OSError) -> str:
         fix = "a folder is where the file goes; remove it or give another file name"
     else:
         fix = "check the folder and run it again"
-    return f"{where}: {reason}; {fix}"
+    return f"{what}; {fix}"
 
 
 def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:

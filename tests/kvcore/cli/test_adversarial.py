@@ -412,6 +412,30 @@ def case_session_is_garbage(w, x):
     return _session_case(w, x, w / "junk.kvlens", "junk.kvlens")
 
 
+def case_session_is_a_fifo(w, x):
+    os.mkfifo(w / "pipe.kvlens")
+    return _session_case(w, x, w / "pipe.kvlens", "not a regular file")
+
+
+def case_session_is_dev_zero(w, x):
+    return _session_case(w, x, Path("/dev/zero"), "/dev/zero: not a regular file")
+
+
+def case_csv_is_the_plot(w, x):
+    argv = [
+        "sweep",
+        "--model",
+        str(x["model"]),
+        "-p",
+        PROMPT,
+        "--csv",
+        str(w / "f.png"),
+        "--plot",
+        str(w / "f.png"),
+    ]
+    return Case(argv, "are the same file")
+
+
 def case_output_parent_is_a_file(w, x):
     _prompt_file(w)
     return Case(_compress(x["model"], "-p", PROMPT, "--csv", str(w / "in.txt" / "o.csv")), "does not exist")
@@ -511,6 +535,35 @@ def test_a_full_disk_mid_write_exits_2_and_keeps_the_old_file(prompt_set, inputs
     assert_refused(
         done.returncode, done.stderr.decode(), f"{out}: File too large; free space", before, tmp_path
     )
+
+
+def test_a_full_disk_while_the_plot_is_written_exits_2_and_keeps_the_old_plot(inputs, tmp_path):
+    plot = tmp_path / "frontier.png"
+    plot.write_bytes(b"old plot")
+    argv = [
+        "sweep",
+        "--model",
+        str(inputs["model"]),
+        "-p",
+        PROMPT,
+        "--methods",
+        "snapkv,h2o",
+        "--ratios",
+        "0.5",
+    ]
+    argv += ["--bits", "16", "--tokens", "2", "--plot", str(plot)]
+    before = snapshot(tmp_path)
+    code = _LIMITED.format(limit=2000).replace("kvcore.cli.main", "app.__main__")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "QT_QPA_PLATFORM": "offscreen",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, env=env, timeout=300, cwd=ROOT
+    )
+    assert_refused(done.returncode, done.stderr.decode(), str(plot), before, tmp_path)
 
 
 def _vanish_after_first_round(monkeypatch, action: Callable[[], None]) -> None:
