@@ -182,6 +182,14 @@ def _place(records: Records, items: list[PromptItem], mode: Mode) -> SetResults:
                 "include; pass the same --prompts and configurations, or give a new --csv"
             )
         results.rows.setdefault(table[key], []).append(record)
+    sizes = {len(rows) for rows in results.rows.values()}
+    if len(sizes) > 1:  # every (prompt, configuration) of a mode writes as many rows: one was cut or deleted
+        full = max(sizes)
+        (p, c), short = next((k, v) for k, v in sorted(results.rows.items()) if len(v) < full)
+        raise ValueError(
+            f"--resume: the file has {len(short)} rows for prompt {items[p].id!r}, configuration {c + 1}, the "
+            f"others {full}: rows were cut or deleted; delete that prompt's rows (they run again) or give a new --csv"
+        )
     return results
 
 

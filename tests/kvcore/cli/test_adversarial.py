@@ -322,6 +322,12 @@ def case_resume_with_a_truncated_row(w, x):
     return _resume_case(w, x, lambda t: t[: len(t) - 40], "cells, the header")
 
 
+def case_resume_with_a_row_deleted(w, x):
+    return _resume_case(
+        w, x, lambda t: "".join(t.splitlines(True)[:2] + t.splitlines(True)[3:]), "rows were cut"
+    )
+
+
 def case_resume_with_a_binary_file(w, x):
     return _resume_case(w, x, bytes(range(256)) * 4, "o.csv is not a text file")
 
