@@ -4,7 +4,8 @@ A crash or a full disk mid-write must never leave a half-written CSV, settings, 
 good one was; os.replace within one folder is atomic on POSIX and Windows. The temp file keeps the target's
 suffix so writers that choose a format by suffix (image exporters, safetensors) still work. The new file keeps
 the permission bits of the one it replaces (a new file gets the umask's, as open() would give it), and the temp
-files an earlier, killed write of the same file left behind are removed when the next write of it starts.
+files an earlier, killed write of the same file left behind are removed when the next write of it starts (a write
+in progress holds a lock on its temp file, so a concurrent one is left alone).
 """
 
 from __future__ import annotations
@@ -77,14 +78,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     if not folder.is_dir():
         raise MissingFolder(folder)
     for stale in stale_temp_files(dest):
-        with contextlib.suppress(OSError):
-            stale.unlink()
+        _remove_unless_locked(stale)
     prefix, suffix = temp_prefix_suffix(dest)
     try:
         fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
     except OSError as exc:
-        raise type(exc)(exc.errno, exc.strerror, str(dest)) from None
-    os.close(fd)
+        raise OSError(exc.errno, exc.strerror, str(dest)) from None
+    _lock(fd)  # held until the temp file is gone: another write of `dest` running now leaves it alone
     tmp_path = Path(tmp)
     try:
         yield tmp_path
@@ -93,10 +93,38 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except OSError as exc:
         if exc.errno is None:
             raise
-        raise type(exc)(exc.errno, exc.strerror, str(dest)) from None
+        raise OSError(exc.errno, exc.strerror, str(dest)) from None  # the subclass that errno names
     finally:
         with contextlib.suppress(OSError):
             tmp_path.unlink()
+        os.close(fd)
+
+
+def _lock(fd: int, wait: bool = True) -> bool:
+    """An exclusive advisory lock on `fd` (released when the process dies); False if another holds it."""
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks (Windows): a live temp file is told from a stale one by nothing
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        return False
+    return True
+
+
+def _remove_unless_locked(stale: Path) -> None:
+    """Remove a temp file that no live write holds (a killed write's locks went with its process)."""
+    try:
+        fd = os.open(stale, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        if _lock(fd, wait=False):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+    finally:
+        os.close(fd)
 
 
 def write_stream(path: str | os.PathLike, writer: Callable[[BinaryIO], object]) -> None:

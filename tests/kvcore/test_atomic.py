@@ -69,3 +69,15 @@ def test_a_full_disk_names_the_file_and_keeps_the_old_one(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env)
     assert done.stdout.split() == ["27", str(path)]  # EFBIG, the destination (not the temp file)
     assert path.read_text() == "old" and os.listdir(tmp_path) == ["o.csv"]
+
+
+def test_a_temp_file_of_a_write_in_progress_is_left_alone(tmp_path):
+    """Two writers of one file: the second's start must not delete the first's temp file mid-write."""
+    from kvcore.atomic import atomic_path
+
+    path = tmp_path / "out.csv"
+    with atomic_path(path) as first_tmp:
+        first_tmp.write_text("first")
+        write_text(path, "second")  # starts while the first write is still open
+        assert first_tmp.exists()
+    assert path.read_text() == "first" and stale_temp_files(path) == []
