@@ -81,3 +81,20 @@ def test_a_temp_file_of_a_write_in_progress_is_left_alone(tmp_path):
         write_text(path, "second")  # starts while the first write is still open
         assert first_tmp.exists()
     assert path.read_text() == "first" and stale_temp_files(path) == []
+
+
+def test_a_write_killed_midway_leaves_a_temp_file_the_next_write_removes(tmp_path):
+    path = tmp_path / "s.kvlens"
+    path.write_bytes(b"old session")
+    code = (
+        "import os, signal, sys; from kvcore.atomic import atomic_path\n"
+        "with atomic_path(sys.argv[1]) as tmp:\n"
+        "    tmp.write_bytes(b'half a session')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code, str(path)], env=env)
+    assert done.returncode == -9
+    assert path.read_bytes() == b"old session" and len(stale_temp_files(path)) == 1  # the issue's leftover
+    write_text(path, "new session")
+    assert path.read_text() == "new session" and os.listdir(tmp_path) == ["s.kvlens"]
