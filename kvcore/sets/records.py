@@ -15,10 +15,8 @@ from typing import Any
 
 from kvcore.atomic import write_text
 from kvcore.measure.export import ADDED_COLUMNS, RENAMED_COLUMNS, csv_text
+from kvcore.sets.results_file import MAX_RESULTS_BYTES
 from kvcore.sets.resume_checks import check_rows
-
-#: A results file larger than this is refused before it is read (as kvcore.sets.results_file does).
-MAX_RESULTS_BYTES = 512 * 1024 * 1024
 
 #: Rows of one (prompt, configuration) pair: each a list of CSV cells as text.
 Records = list[list[str]]
