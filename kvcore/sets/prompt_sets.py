@@ -20,7 +20,7 @@ PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", ".py")
 #: A prompt (a file, or one JSONL prompt) larger than this is refused unread: 8 MiB is about two million tokens,
 #: twice the longest context (1M tokens) of the models KV Lens runs.
 MAX_PROMPT_BYTES = 8 * 1024 * 1024
-#: A JSONL prompt set larger than this is refused unread.
+#: A JSONL prompt set (or a folder's prompt files together) larger than this is refused.
 MAX_SET_BYTES = 256 * 1024 * 1024
 
 
@@ -99,10 +99,19 @@ def set_digest(items: list[PromptItem]) -> str:
 
 
 def _from_folder(folder: Path) -> list[PromptItem]:
+    files = [
+        f
+        for f in sorted(folder.iterdir(), key=lambda p: p.name)
+        if f.is_file() and f.suffix.lower() in PROMPT_SUFFIXES
+    ]
+    total = sum(f.stat().st_size for f in files)
+    if total > MAX_SET_BYTES:
+        raise PromptSetError(
+            f"--prompts {folder}: its prompt files hold {total:,} bytes, over the {MAX_SET_BYTES:,}-byte limit "
+            "of a set; split the folder into smaller sets"
+        )
     items = []
-    for f in sorted(folder.iterdir(), key=lambda p: p.name):
-        if not f.is_file() or f.suffix.lower() not in PROMPT_SUFFIXES:
-            continue
+    for f in files:
         try:
             text = read_capped(f, "prompt file", MAX_PROMPT_BYTES).decode("utf-8")
         except UnicodeDecodeError:

@@ -223,6 +223,15 @@ def case_jsonl_file_is_over_the_size_cap(w, x):
     return _set_case(w, x, w / "big.jsonl", "-byte limit")
 
 
+def case_prompt_folder_is_over_the_size_cap(w, x):
+    (w / "docs").mkdir()
+    for i in range(40):  # 40 × 7 MiB sparse files: each under the prompt cap, together over the set's
+        with open(w / "docs" / f"{i:02}.txt", "wb") as f:
+            f.write(b"def f(): pass\n")
+            f.truncate(7 * 1024 * 1024)
+    return _set_case(w, x, w / "docs", "-byte limit of a set")
+
+
 def case_jsonl_prompt_is_over_the_size_cap(w, x):
     line = json.dumps({"id": "big", "prompt": "word " * (2 * 1024 * 1024)})
     return _set_case(w, x, _jsonl(w / "set.jsonl", line), "set.jsonl:3: the prompt is over")
