@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pyqtgraph.exporters import ImageExporter, SVGExporter
+from PySide6.QtCore import QBuffer, QIODevice
+from PySide6.QtGui import QImage
 
-from kvcore.atomic import atomic_path
+from kvcore.atomic import write_bytes
 
 IMAGE_SUFFIXES = (".png", ".svg")
 IMAGE_FILTER = "PNG image (*.png);;SVG image (*.svg)"
@@ -45,18 +47,25 @@ def export_graphics(item, path: str | os.PathLike[str], width: int | None = None
     suffix = Path(path).suffix.lower()
     if suffix not in IMAGE_SUFFIXES:
         raise ValueError(f"Export as .png or .svg, not '{suffix or 'no suffix'}'")
-    with atomic_path(path) as tmp:
-        if suffix == ".png":
-            exporter = ImageExporter(item)
-            if width is not None:
-                exporter.parameters()["width"] = int(width)
-            if not exporter.export(str(tmp)):
-                raise OSError(f"Could not write PNG image to {path}")
-        else:
-            with _svg_closed_paths_tolerated():
-                SVGExporter(item).export(str(tmp))
-        if tmp.stat().st_size == 0:
-            raise OSError(f"Nothing was written to {path}")
+    if suffix == ".png":
+        exporter = ImageExporter(item)
+        if width is not None:
+            exporter.parameters()["width"] = int(width)
+        data = _png_bytes(exporter.export(toBytes=True))
+    else:
+        with _svg_closed_paths_tolerated():
+            data = SVGExporter(item).export(toBytes=True)
+    if not data:
+        raise OSError(f"Nothing was drawn for {path}")
+    write_bytes(path, data)  # drawn in memory first: a full disk is Python's OSError naming the file
+
+
+def _png_bytes(image: QImage) -> bytes:
+    buffer = QBuffer()
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    if not image.save(buffer, "PNG"):
+        raise OSError("Could not encode the PNG image")
+    return bytes(buffer.data())
 
 
 def with_image_suffix(path: str, chosen_filter: str) -> str:

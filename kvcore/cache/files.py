@@ -130,9 +130,16 @@ def _read_header(path: Path, fmt: str = FORMAT, version: int = VERSION) -> dict[
             table = json.loads(f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"{path}: not a safetensors file (header is not JSON: {e})") from e
+        except RecursionError:
+            raise ValueError(f"{path}: not a safetensors file (header JSON nested too deeply)") from None
     if not isinstance(table, dict):
         raise ValueError(f"{path}: not a safetensors file (header is not a JSON object)")
     meta = table.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise ValueError(
+            f"{path}: not a safetensors file (__metadata__ must be an object of strings, got "
+            f"{type(meta).__name__}); the file was edited: save it again"
+        )
     if _KEY not in meta:
         raise ValueError(
             f"{path}: not a KV Lens cache file (no '{_KEY}' metadata; was it saved by save_cache?)"
@@ -149,6 +156,8 @@ def _read_header(path: Path, fmt: str = FORMAT, version: int = VERSION) -> dict[
         header = json.loads(meta[_KEY])
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: corrupt KV Lens metadata ({e})") from e
+    except RecursionError:
+        raise ValueError(f"{path}: corrupt KV Lens metadata (JSON nested too deeply)") from None
     if not isinstance(header, dict) or header.get("format") != fmt:
         found = header.get("format") if isinstance(header, dict) else header
         raise ValueError(f"{path}: format {found!r}, expected {fmt!r}")
@@ -209,7 +218,7 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
 def read_file(path: Path, fmt: str = FORMAT, version: int = VERSION) -> tuple[dict, dict[str, mx.array]]:
     """(header, arrays) of a file `write_file` wrote, after the completeness, format and digest checks."""
     if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+        raise ValueError(f"{path}: not a regular file" if path.exists() else f"{path}: no such file")
     header = _read_header(path, fmt, version)
     try:
         arrays = mx.load(str(path), format="safetensors")

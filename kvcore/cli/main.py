@@ -15,8 +15,10 @@ Bad input exits with status 2 and one line naming the problem; no partial output
 from __future__ import annotations
 
 import argparse
+import errno
 import itertools
 import json
+import math
 import os
 import sys
 import textwrap
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kvcore.cli import probe as probe_cli
-from kvcore.cli.progress import draw_progress
+from kvcore.cli.progress import draw_progress, end_progress
 from kvcore.defaults import (
     ALLOWED_BITS,
     DEFAULT_CONTINUATION_TOKENS,
@@ -274,7 +276,7 @@ def _probe(args: argparse.Namespace) -> int:
     ratios = _split(args.ratios, float, "ratios")
     bits = _split(args.bits, int, "bits")
     _method_params(args, methods)
-    configs = [_config(args, m, r, b) for m, r, b in itertools.product(methods, ratios, bits)]
+    configs = _distinct([_config(args, m, r, b) for m, r, b in itertools.product(methods, ratios, bits)])
 
     from kvcore.engine.session import Session
 
@@ -305,7 +307,7 @@ def _prompt(args: argparse.Namespace) -> str:
             "no prompt given: pass --prompt TEXT, --prompt - (read from stdin) or --prompt-file FILE"
         )
     if args.prompt == "-":
-        text = sys.stdin.read()
+        text = _read_stdin()
         if not text.strip():
             raise UsageError(
                 "--prompt -: standard input was empty; pipe a prompt in, e.g. echo hi | kvlens ..."
@@ -316,15 +318,33 @@ def _prompt(args: argparse.Namespace) -> str:
     return args.prompt.replace("\\n", "\n").replace("\\t", "\t")  # as mlx_lm.generate reads it
 
 
-def _read_prompt(path: Path) -> str:
+def _read_stdin() -> str:
+    """Standard input decoded strictly as UTF-8, read up to the prompt size cap."""
+    from kvcore.sets.prompt_sets import MAX_PROMPT_BYTES
+
+    stream = getattr(sys.stdin, "buffer", None)
+    data = stream.read(MAX_PROMPT_BYTES + 1) if stream is not None else sys.stdin.read().encode("utf-8")
+    if len(data) > MAX_PROMPT_BYTES:
+        raise UsageError(
+            f"--prompt -: standard input holds more than the {MAX_PROMPT_BYTES:,}-byte limit (more text than a "
+            "model's context holds); shorten it"
+        )
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"prompt file {path} does not exist") from None
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"--prompt -: standard input is not UTF-8 text (byte {exc.start}); convert it, e.g. with iconv"
+        ) from None
+
+
+def _read_prompt(path: Path) -> str:
+    from kvcore.sets.prompt_sets import MAX_PROMPT_BYTES, read_capped
+
+    data = read_capped(path, "prompt file", MAX_PROMPT_BYTES)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"prompt file {path} is not UTF-8 text") from None
-    except OSError as exc:
-        raise UsageError(f"prompt file {path} cannot be read: {exc.strerror}") from None
     if not text.strip():
         raise UsageError(f"prompt file {path} is empty: write a prompt into it")
     return text
@@ -350,7 +370,20 @@ def _sweep_configs(args: argparse.Namespace, methods: list, ratios: Sequence[flo
     text = getattr(args, "value_bits", "")  # probe has no --value-bits
     value_bits = _split(text, int, "value-bits") if text else [None]
     grid = itertools.product(methods, ratios, bits, value_bits)
-    return [_config(args, m, r, b, v) for m, r, b, v in grid]
+    return _distinct([_config(args, m, r, b, v) for m, r, b, v in grid])
+
+
+def _distinct(configs: list) -> list:
+    """Refuse a grid that lists one configuration twice (`--bits 4,4`): it would run and write it twice."""
+    keys = [(c.method, c.ratio, c.widths, c.fp_recent) for c in configs]
+    for i, key in enumerate(keys):
+        if key in keys[:i]:
+            c = configs[i]
+            raise UsageError(
+                f"configuration {c.method} ratio {c.ratio:g} bits {'/'.join(map(str, c.widths))} appears twice: "
+                "list each method, ratio and bits once"
+            )
+    return configs
 
 
 def _config(
@@ -414,9 +447,6 @@ def _prompt_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int
     if getattr(args, "tokens", 1) < 1:
         raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
     configs = _configs(args)
-    keys = [(c.method, c.ratio, c.bits, c.value_bits, c.fp_recent) for c in configs]
-    if len(set(keys)) != len(keys):
-        raise UsageError("a configuration appears twice: list each method, ratio and bits once")
 
     def check(session: Any, rank: int) -> None:
         from kvcore.engine.sweep import check_group_size
@@ -505,7 +535,7 @@ def _sweep(args: argparse.Namespace, session: Any, configs: list, plot_writer: P
     points = list(
         run_sweep(session, configs, on_progress=lambda done, total, p: _progress(done, total, p.config))
     )
-    sys.stderr.write("\n")
+    end_progress()
     rows = [row for p in points for row in p.csv_rows()]
     if args.csv is not None:
         write_csv(args.csv, rows, SWEEP_COLUMNS)
@@ -543,10 +573,21 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
             },
         )
     if args.json:
-        print(json.dumps({**cfg.describe(), **summary}))
+        print(json.dumps(_json_safe({**cfg.describe(), **summary}), allow_nan=False))
     else:
         _print_human(session, summary, regen.tokens)
     return 0
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and ±inf as null: JSON has no such numbers, and a bare NaN breaks every strict reader."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _progress(done: int, total: int, cfg: Any) -> None:
@@ -565,6 +606,44 @@ def _print_human(session: Any, summary: dict, tokens: list[int]) -> None:
         print(f"{k:>24}: {v:.4g}" if isinstance(v, float) else f"{k:>24}: {v}")
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """Before any work: text arguments are text (argv is decoded with surrogateescape, so a byte that is not
+    UTF-8 arrives as a lone surrogate), and no output is an input or another output."""
+    from kvcore.cli.paths import clash
+
+    for name, value in vars(args).items():
+        if isinstance(value, str | Path) and not _is_utf8(str(value)):
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(
+                f"{flag}: the argument is not UTF-8 text; pass UTF-8 (convert it, e.g. with iconv)"
+            )
+    message = clash(args)
+    if message is not None:
+        raise UsageError(message)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _os_error(exc: OSError) -> str:
+    """A filesystem failure as one line: the file, the reason, and what to do."""
+    what = f"{exc.filename}: {exc.strerror}" if exc.filename is not None and exc.strerror else str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        fix = "free space (or raise the file size limit) and run it again; the previous file is unchanged"
+    elif exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        fix = "the folder was removed or replaced while the command ran; recreate it and run again"
+    elif exc.errno == errno.EISDIR:
+        fix = "a folder is where the file goes; remove it or give another file name"
+    else:
+        fix = "check the folder and run it again"
+    return f"{what}; {fix}"
+
+
 def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
     """Entry point for `kvlens <subcommand>`; returns the exit status. `plot_writer` draws `sweep --plot`."""
     from kvcore.model.loading import ModelLoadError
@@ -576,9 +655,15 @@ def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
         print("\n".join(method_lines()))
         return 0
     try:
+        _check_args(args)
         return _probe(args) if args.command == "probe" else _one_prompt(args, plot_writer)
     except (UsageError, ModelLoadError, ValueError) as exc:
-        print(f"kvlens: error: {exc}", file=sys.stderr)
+        end_progress(only_if_drawn=True)
+        print(f"kvlens: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a full disk, a folder gone or replaced mid-run: the old file is intact
+        end_progress(only_if_drawn=True)
+        print(f"kvlens: error: {_os_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kvlens: interrupted", file=sys.stderr)

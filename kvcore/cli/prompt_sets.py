@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from kvcore.cli.progress import draw_progress
+from kvcore.cli.progress import draw_progress, end_progress
 from kvcore.measure.frontier import DEFAULT_METRIC, PlotWriter
 from kvcore.sets.evaluation import Check, SetOutcome, SetRequest, evaluate_set
 from kvcore.sets.modes import probe_mode, sweep_mode
@@ -44,7 +44,7 @@ def prompt_set_command(
     outcome = evaluate_set(request, mode, check, plot_writer, _progress)
     if outcome is None:  # not rank 0: rank 0 reports for every rank
         return 0
-    sys.stderr.write("\n")
+    end_progress()
     _print_outcome(outcome, request)
     return 1 if outcome.failed else 0
 

@@ -788,7 +788,7 @@ def _row_errors(dense: Any, store: Any, n_prompt: int, packed: bool) -> tuple[np
     """(positions [H, n_rows] with -1 for padding, key RMSE, value RMSE per stored row) of one store of a layer;
     a float store (the residual) holds the dense rows themselves, so its errors are zeros."""
     pos = _positions_matrix(store, n_prompt)
-    if not packed:
+    if not packed or pos.shape[1] == 0:  # a float store, or a packed one the residual left empty
         zeros = np.zeros(pos.shape, dtype=np.float32)
         return pos, zeros, zeros
     dk, dv = dense.keys[0, :, : dense.offset], dense.values[0, :, : dense.offset]

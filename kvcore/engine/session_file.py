@@ -297,7 +297,13 @@ def open_session(
     T = len(ids)
     cache = _layers(header, "cache_layers", arrays, T, info, path)
     decode = _layers(header, "decode_layers", arrays, T + len(dense) - 1, info, path)
-    V = int(arrays["logits.full"].shape[-1]) if "logits.full" in arrays else 0
+    full_logits = arrays.get("logits.full")
+    if full_logits is not None and full_logits.ndim != 1:
+        raise ValueError(
+            f"{path}: logits: logits.full has {full_logits.ndim} dimensions {list(full_logits.shape)}, expected 1 "
+            "(one logit per vocabulary entry); the file was edited: save it again"
+        )
+    V = int(full_logits.shape[0]) if full_logits is not None else 0
     logits = _array(arrays, "logits.full", (V,), "logits", path)
     logits_before = _array(arrays, "logits.before", (V,), "logits", path)
     if vocab is not None and vocab != V:

@@ -76,7 +76,33 @@ def check_config(path: Path) -> dict[str, Any]:
     """Refuse, before any weight is read, a config KV Lens cannot run; return the config."""
     config = read_config(path)
     check_family(config, str(path / "config.json"))
+    check_sizes(config, str(path / "config.json"))
     return config
+
+
+#: Config sizes that must be positive whole numbers where given (mlx-lm asserts on some, crashes on others).
+POSITIVE_SIZES: tuple[str, ...] = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+)
+
+
+def check_sizes(config: dict[str, Any], file: str) -> None:
+    """Refuse a size in config.json (top level or its text_config) that is not a positive whole number."""
+    for part in (config, config.get("text_config")):
+        if not isinstance(part, dict):
+            continue
+        for key in POSITIVE_SIZES:
+            value = part.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"{key} {value!r} in {file} is not a positive whole number: restore config.json from the "
+                    "model's source"
+                )
 
 
 def check_family(config: dict[str, Any], file: str) -> None:
@@ -89,7 +115,7 @@ def check_family(config: dict[str, Any], file: str) -> None:
             "(the config.json that came with the weights has it)"
         )
     name = family(config)
-    if importlib.util.find_spec(f"mlx_lm.models.{name}") is None:
+    if not name.isidentifier() or importlib.util.find_spec(f"mlx_lm.models.{name}") is None:
         raise ValueError(
             f"model_type {config['model_type']!r} in {file} is not an architecture mlx-lm knows: "
             "choose a model mlx-lm supports (llama, mistral, qwen3, gemma3, phi3, …) or upgrade mlx-lm"

@@ -126,6 +126,7 @@ def evaluate_set(
     run_rounds(jobs, evaluate, ranks, results, lambda p: repr(items[p].id), on_round)
     outcome = _finish(request, mode, results, len(items), ranks, plot_writer) if ranks.rank == 0 else None
     ranks.gather(b"")  # every rank waits for rank 0's files
+    ranks.finished = True
     return outcome
 
 
@@ -158,7 +159,12 @@ def _agree(ranks: Any, setup: dict[str, Any]) -> dict[str, Any]:
 
 def _key_table(items: list[PromptItem], mode: Mode) -> dict[tuple[str, ...], tuple[int, int]]:
     configs = encode_rows(mode.cells, CONFIG_COLUMNS)
-    return {(p.id, *cells): (i, c) for i, p in enumerate(items) for c, cells in enumerate(configs)}
+    return {(_id_cell(p.id), *cells): (i, c) for i, p in enumerate(items) for c, cells in enumerate(configs)}
+
+
+def _id_cell(prompt_id: str) -> str:
+    """A prompt id as its rows' `prompt` cell holds it (neutralised like every text cell: `=x` -> `'=x`)."""
+    return encode_rows([{"prompt": prompt_id}], ("prompt",))[0][0]
 
 
 def _row_key(record: list[str], columns: Sequence[str]) -> tuple[str, ...]:
@@ -176,11 +182,19 @@ def _place(records: Records, items: list[PromptItem], mode: Mode) -> SetResults:
                 "include; pass the same --prompts and configurations, or give a new --csv"
             )
         results.rows.setdefault(table[key], []).append(record)
+    sizes = {len(rows) for rows in results.rows.values()}
+    if len(sizes) > 1:  # every (prompt, configuration) of a mode writes as many rows: one was cut or deleted
+        full = max(sizes)
+        (p, c), short = next((k, v) for k, v in sorted(results.rows.items()) if len(v) < full)
+        raise ValueError(
+            f"--resume: the file has {len(short)} rows for prompt {items[p].id!r}, configuration {c + 1}, the "
+            f"others {full}: rows were cut or deleted; delete that prompt's rows (they run again) or give a new --csv"
+        )
     return results
 
 
 def _check_key(records: Records, item: PromptItem, mode: Mode, config: int) -> None:
-    expected = (item.id, *encode_rows([mode.cells[config]], CONFIG_COLUMNS)[0])
+    expected = (_id_cell(item.id), *encode_rows([mode.cells[config]], CONFIG_COLUMNS)[0])
     if any(_row_key(r, mode.columns) != expected for r in records):
         raise RuntimeError(f"rows of configuration {config} do not carry its cells {expected}: a kvcore bug")
 

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 #: File types a prompt folder contributes.
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", ".py")
+#: A prompt (a file, or one JSONL prompt) larger than this is refused unread: 8 MiB is about two million tokens,
+#: twice the longest context (1M tokens) of the models KV Lens runs.
+MAX_PROMPT_BYTES = 8 * 1024 * 1024
+#: A JSONL prompt set (or a folder's prompt files together) larger than this is refused.
+MAX_SET_BYTES = 256 * 1024 * 1024
 
 
 class PromptSetError(ValueError):
@@ -48,6 +55,43 @@ def load_prompts(path: Path) -> list[PromptItem]:
     return items
 
 
+def read_capped(path: Path, what: str, cap: int) -> bytes:
+    """The bytes of a regular file of at most `cap` bytes; PromptSetError naming `what` and `path` for a missing
+    file, a folder, a FIFO or device (which would block or never end), a larger file, or a read error."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise PromptSetError(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise PromptSetError(f"{what} {path} is a folder; give a text file") from None
+    except OSError as exc:
+        raise PromptSetError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise PromptSetError(f"{what} {path} is a folder; give a text file")
+        if not stat.S_ISREG(info.st_mode):
+            raise PromptSetError(
+                f"{what} {path} is not a regular file (a pipe or a device); save the text to a file and give that"
+            )
+        if info.st_size > cap:
+            raise PromptSetError(
+                f"{what} {path} is {info.st_size:,} bytes, over the {cap:,}-byte limit (more text than a model's "
+                "context holds); shorten it"
+            )
+        chunks, size = [], 0
+        while size <= cap and (chunk := os.read(fd, min(1 << 20, cap + 1 - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise PromptSetError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > cap:
+        raise PromptSetError(f"{what} {path} grew past the {cap:,}-byte limit while read; shorten it")
+    return b"".join(chunks)
+
+
 def set_digest(items: list[PromptItem]) -> str:
     """A hash of the whole set (ids, texts, answers): ranks compare it to be sure they read the same prompts."""
     payload = json.dumps([[p.id, p.text, p.answer] for p in items], ensure_ascii=False).encode("utf-8")
@@ -55,12 +99,21 @@ def set_digest(items: list[PromptItem]) -> str:
 
 
 def _from_folder(folder: Path) -> list[PromptItem]:
+    files = [
+        f
+        for f in sorted(folder.iterdir(), key=lambda p: p.name)
+        if f.is_file() and f.suffix.lower() in PROMPT_SUFFIXES
+    ]
+    total = sum(f.stat().st_size for f in files)
+    if total > MAX_SET_BYTES:
+        raise PromptSetError(
+            f"--prompts {folder}: its prompt files hold {total:,} bytes, over the {MAX_SET_BYTES:,}-byte limit "
+            "of a set; split the folder into smaller sets"
+        )
     items = []
-    for f in sorted(folder.iterdir(), key=lambda p: p.name):
-        if not f.is_file() or f.suffix.lower() not in PROMPT_SUFFIXES:
-            continue
+    for f in files:
         try:
-            text = f.read_text(encoding="utf-8")
+            text = read_capped(f, "prompt file", MAX_PROMPT_BYTES).decode("utf-8")
         except UnicodeDecodeError:
             raise PromptSetError(
                 f"{f}: not UTF-8 text; save it as UTF-8 or move it out of {folder}"
@@ -73,7 +126,7 @@ def _from_folder(folder: Path) -> list[PromptItem]:
 
 def _from_jsonl(path: Path) -> list[PromptItem]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_capped(path, "--prompts", MAX_SET_BYTES).decode("utf-8").splitlines()
     except UnicodeDecodeError:
         raise PromptSetError(f"{path}: not UTF-8 text; save it as UTF-8") from None
     items: list[PromptItem] = []
@@ -97,6 +150,10 @@ def _parse_line(line: str, where: str) -> PromptItem:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise PromptSetError(f"{where}: not JSON ({exc.msg} at column {exc.colno}); {example}") from None
+    except RecursionError:
+        raise PromptSetError(
+            f"{where}: JSON nested too deeply to read; a line is one flat object, {example}"
+        ) from None
     if not isinstance(obj, dict):
         raise PromptSetError(f"{where}: a JSON {type(obj).__name__}, not an object; {example}")
     unknown = sorted(set(obj) - {"id", "prompt", "answer"})
@@ -114,4 +171,24 @@ def _parse_line(line: str, where: str) -> PromptItem:
         raise PromptSetError(f"{where}: 'prompt' must be non-empty text; {example}")
     if answer is not None and (not isinstance(answer, str) or not answer):
         raise PromptSetError(f"{where}: 'answer' must be non-empty text or left out; {example}")
+    for key, value in (("id", pid), ("prompt", prompt), ("answer", answer)):
+        if value is not None and not _is_text(value):
+            raise PromptSetError(
+                f"{where}: {key!r} holds a lone surrogate escape (\\ud800-\\udfff), which is not text; "
+                "write the character itself or a full surrogate pair"
+            )
+    if len(prompt.encode("utf-8")) > MAX_PROMPT_BYTES:
+        raise PromptSetError(
+            f"{where}: the prompt is over the {MAX_PROMPT_BYTES:,}-byte limit (more text than a model's "
+            "context holds); shorten it"
+        )
     return PromptItem(pid, prompt, answer)
+
+
+def _is_text(value: str) -> bool:
+    """Whether `value` encodes as UTF-8 (JSON's \\ud800 escapes decode to lone surrogates, which do not)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -15,6 +15,8 @@ from typing import Any
 
 from kvcore.atomic import write_text
 from kvcore.measure.export import ADDED_COLUMNS, RENAMED_COLUMNS, csv_text
+from kvcore.sets.results_file import MAX_RESULTS_BYTES
+from kvcore.sets.resume_checks import check_rows
 
 #: Rows of one (prompt, configuration) pair: each a list of CSV cells as text.
 Records = list[list[str]]
@@ -39,24 +41,52 @@ def write_records(path: Path, columns: Sequence[str], records: Records) -> None:
 
 
 def read_records(path: Path, columns: Sequence[str]) -> Records:
-    """Rows of an earlier run's file for `--resume` (none when it does not exist); ValueError if its header
-    differs from this run's columns."""
+    """Rows of an earlier run's file for `--resume` (none when it does not exist); ValueError naming the file
+    (and line) if it is not text, its header differs from this run's columns, or a row is not one a fresh run
+    writes (kvcore.sets.resume_checks)."""
     if not path.exists():
         return []
-    with open(path, encoding="utf-8", newline="") as f:
-        records = list(csv.reader(f))
-    if not records:
+    text = _results_text(path)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+        rows = [(reader.line_num, r) for r in reader if r]
+    except csv.Error as exc:
+        raise ValueError(
+            f"--resume: {path}:{reader.line_num}: not readable as CSV ({exc}); give a new --csv"
+        ) from None
+    if header is None:
         return []
-    header = records[0]
     if header == list(columns):
-        return records[1:]
+        check_rows(path, columns, rows)
+        return [r for _, r in rows]
     upgrade = _upgrade(header, columns)
     if upgrade is None:
         raise ValueError(
             f"--resume: {path} was not written by this kind of run (its columns differ); "
             "give a new --csv or the matching command"
         )
-    return [upgrade(r) for r in records[1:]]
+    check_rows(path, header, rows)
+    return [upgrade(r) for _, r in rows]
+
+
+def _results_text(path: Path) -> str:
+    """The file's UTF-8 text; ValueError naming it for a folder, a pipe, a huge or a binary file."""
+    from kvcore.sets.prompt_sets import read_capped
+
+    data = read_capped(path, "--resume: --csv", MAX_RESULTS_BYTES)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text, bad = "", exc.start
+    else:
+        bad = text.find("\x00")
+    if bad >= 0:
+        raise ValueError(
+            f"--resume: {path} is not a text file (byte {bad} is not UTF-8 text); give the --csv an earlier "
+            "run wrote, or a new --csv"
+        )
+    return text
 
 
 def _upgrade(header: list[str], columns: Sequence[str]) -> Callable[[list[str]], list[str]] | None:
