@@ -29,6 +29,7 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.cache import sparse as caches
+from kvcore.cache.residual import ResidualKVCache, split_select
 from kvcore.capture.prefill import Cancelled, CaptureResult, prefill_with_capture
 from kvcore.defaults import (
     ALLOWED_BITS,
@@ -59,7 +60,6 @@ from kvcore.methods.base import window_attention
 from kvcore.methods.selection import Ranking, budget_note, device_select, rank, select, selects_on_device
 from kvcore.model import checks as model_checks
 from kvcore.model import loading, prompting
-from kvcore.quant.residual import ResidualKVCache, split_select
 
 Progress = Callable[[int, int], None] | None
 CancelCheck = Callable[[], bool] | None
@@ -93,7 +93,7 @@ class CompressionConfig:
     keys with 4-bit values is `bits=8, value_bits=4`, float keys with 4-bit values `bits=None, value_bits=4` and
     4-bit keys with float values `bits=4, value_bits=16`. A value width equal to the keys' is stored as None.
     `fp_recent = R > 0` keeps the kept sinks (positions < n_sink) and the last R prompt positions float beside the
-    packed rest, and decoded tokens float too (kvcore.quant.residual); it is 0 whenever nothing is packed.
+    packed rest, and decoded tokens float too (kvcore.cache.residual); it is 0 whenever nothing is packed.
     """
 
     method: str = DEFAULT_METHOD
@@ -793,8 +793,8 @@ def _row_errors(dense: Any, store: Any, n_prompt: int, packed: bool) -> tuple[np
         return pos, zeros, zeros
     dk, dv = dense.keys[0, :, : dense.offset], dense.values[0, :, : dense.offset]
     qk, qv = store.keys_and_values()
-    deq_k = caches.dequantized(qk, store.group_size, store.bits)[0].astype(mx.float32)
-    deq_v = caches.dequantized(qv, store.group_size, store.value_bits)[0].astype(mx.float32)
+    deq_k = caches.dequantized(qk, store.group_size, store.bits, store.quant)[0].astype(mx.float32)
+    deq_v = caches.dequantized(qv, store.group_size, store.value_bits, store.quant)[0].astype(mx.float32)
     safe = mx.array(np.maximum(pos, 0))
     ref_k = mx.take_along_axis(dk.astype(mx.float32), safe[..., None], axis=1)
     ref_v = mx.take_along_axis(dv.astype(mx.float32), safe[..., None], axis=1)
