@@ -75,6 +75,7 @@ DEFAULT_CONFIG: dict[str, object] = {
     "kernel": DEFAULT_KERNEL,
     "schedule": DEFAULT_SCHEDULE,
     "params": {},  # the method's parameters other than window, n_sink and kernel (snapkv has none)
+    "quant": DEFAULT_QUANT,
 }
 #: Tokens of the dense greedy continuation a prefill computes (GUI and CLI).
 DEFAULT_CONTINUATION_TOKENS = 32

@@ -33,7 +33,7 @@ from mlx.utils import tree_flatten, tree_map
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from kvcore.cache import index_checks
-from kvcore.defaults import DEFAULT_QUANT, UNQUANTIZED_BITS
+from kvcore.defaults import DEFAULT_GROUP_SIZE, DEFAULT_QUANT, UNQUANTIZED_BITS
 from kvcore.quant import QuantScheme
 from kvcore.quant import get as get_scheme
 
@@ -58,10 +58,11 @@ __all__ = [
 ]
 
 
-def scheme_for(quant: str = DEFAULT_QUANT, group_size: int | None = None) -> QuantScheme:
-    """The scheme `quant` (kvcore.quant) at `group_size` (None: the scheme's default); ValueError naming what is
-    allowed otherwise."""
-    return get_scheme(quant) if group_size is None else get_scheme(quant, group_size=group_size)
+def scheme_for(quant: str = DEFAULT_QUANT, group_size: int = DEFAULT_GROUP_SIZE) -> QuantScheme:
+    """The scheme `quant` (kvcore.quant) at `group_size`, or at its own where the format fixes one (mxfp4 32, nvfp4
+    16): the caches take affine's arguments for every scheme. ValueError naming what is allowed otherwise."""
+    groups = type(get_scheme(quant)).allowed_group_sizes
+    return get_scheme(quant, group_size=groups[0] if len(groups) == 1 else group_size)
 
 
 def validate_quantization(
@@ -361,7 +362,7 @@ class SparseKVCache(_SparseRows, KVCache):
 
     def to_quantized(
         self,
-        group_size: int | None = None,
+        group_size: int = DEFAULT_GROUP_SIZE,
         bits: int = 4,
         value_bits: int | None = None,
         quant: str = DEFAULT_QUANT,
@@ -387,12 +388,12 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
     channels and values do not, so 8-bit keys with 4-bit values is the usual split; equal widths run mlx-lm's
     quantized attention, split widths `kvcore.model.attention.split_quantized_sdpa`. One side may be 16
     (UNQUANTIZED_BITS): it is stored as its float array (one part, not packed, scales, biases), the other packed.
-    `group_size` None takes the scheme's default (affine: DEFAULT_GROUP_SIZE; mxfp4: 32, fixed by the format).
+    A scheme with one group size (mxfp4 32, nvfp4 16) takes it whatever `group_size` says.
     """
 
     def __init__(
         self,
-        group_size: int | None = None,
+        group_size: int = DEFAULT_GROUP_SIZE,
         bits: int = 8,
         value_bits: int | None = None,
         quant: str = DEFAULT_QUANT,
@@ -607,7 +608,7 @@ def to_sparse_all(cache: Sequence[Any]) -> list:
 def quantize_cache(
     cache: Sequence[Any],
     bits: int,
-    group_size: int | None = None,
+    group_size: int = DEFAULT_GROUP_SIZE,
     value_bits: int | None = None,
     quant: str = DEFAULT_QUANT,
 ) -> list:
@@ -617,7 +618,8 @@ def quantize_cache(
     (ragged layers stay ragged); layers that are not KV caches pass through. Differs from the seed: a layer that is
     already quantized raises ValueError instead of TypeError, and everything is evaluated in one `mx.eval`.
     `bits` packs the keys, `value_bits` (default: `bits`) the values; either (not both) may be 16, that side then
-    stays in its float dtype. `group_size` None takes the scheme's default (affine: DEFAULT_GROUP_SIZE).
+    stays in its float dtype. A scheme with one group size (mxfp4 32, nvfp4 16) takes it whatever `group_size`
+    says.
     """
     value_bits = bits if value_bits is None else value_bits
     scheme = scheme_for(quant, group_size)

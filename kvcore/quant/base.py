@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 import mlx.core as mx
 import numpy as np
 
-from kvcore.declared import Parameter
+from kvcore.declared import Parameter, param
+from kvcore.defaults import DEFAULT_GROUP_SIZE
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class QuantScheme:
     #: Stored parts of a packed side: codes and scales, and a bias per group where the scheme has one (affine).
     has_biases: ClassVar[bool] = False
 
-    group_size: int = 0
+    group_size: int = param(DEFAULT_GROUP_SIZE, "elements of head_dim sharing one scale")
 
     def __post_init__(self) -> None:
         for p in self.parameters():

@@ -68,6 +68,7 @@ def test_set_config_round_trip_emits_once(controls, qtbot):
         "kernel": 7,
         "schedule": "mlx-lm",
         "params": {},
+        "quant": "affine",
     }
     emitted = []
     controls.configChanged.connect(emitted.append)
