@@ -69,7 +69,7 @@ def _dequantized(
 ) -> mx.array:
     """x packed and unpacked at `bits` in mx.quantize's `mode`, except the rows `exact` marks (kept as they are)."""
     packed = mx.quantize(x, group_size=group, bits=bits, mode=mode)
-    deq = mx.dequantize(*packed, group_size=group, bits=bits, mode=mode)
+    deq = mx.dequantize(*packed, group_size=group, bits=bits, mode=mode).astype(x.dtype)  # MX modes: bf16
     return deq if exact is None else mx.where(exact, x, deq)
 
 
