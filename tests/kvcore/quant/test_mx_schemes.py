@@ -104,3 +104,29 @@ def test_a_session_compresses_with_a_scheme_and_its_stats_say_so(model_dirs):
     assert np.nanmax(state.quant_error) > 0  # the error view unpacks with the scheme
     regen = session.regenerate(state)
     assert len(regen.tokens) == 8 and np.isfinite(regen.metrics["kl_mean"])
+
+
+@pytest.mark.parametrize("quant, bits", SCHEMES)
+def test_the_float_residual_composes_with_every_scheme(models, quant, bits):
+    """The residual is an option of every scheme: a packed body in the scheme's mode beside float rows."""
+    from kvcore.cache.residual import ResidualKVCache, split_select
+
+    model, tok = models["llama"]
+    ids = prompt_ids(tok)
+    T, n_sink, recent = len(ids), 2, 4
+    fp = prefill(model, ids)
+    kept = [np.arange(0, T, 2 if layer % 2 else 1) for layer in range(len(fp))]
+    packed = quantize_cache(prefill(model, ids), bits=bits, quant=quant)
+    cache = split_select(fp, packed, kept, T, n_sink, recent)
+    assert all(isinstance(c, ResidualKVCache) and c.quant == quant for c in cache)
+    got = run(model, cache, [5, 6, 7])
+    dense = prefill(model, ids)
+    residual = np.r_[0:n_sink, T - recent : T]
+    heads = fp[0].keys.shape[1]
+    per_head = [[k] * heads for k in kept]
+    group = get(quant).group_size
+    with reference_attention(
+        model, dense, per_head, T, quant=(bits, group), float_positions=residual, mode=quant
+    ):
+        want = run(model, dense, [5, 6, 7])
+    np.testing.assert_allclose(got, want, atol=2e-3, rtol=0)
