@@ -2,8 +2,7 @@
 
 A scheme is a frozen dataclass, as a method is (`kvcore.methods.base`): its fields are its parameters, declared with
 `kvcore.declared.param`, so the GUI, the CLI, session files and the CSVs read the declaration. It packs rows along
-their last axis (head_dim) into stored parts, unpacks them, multiplies by them, and says which widths and groups it
-takes. `genuine` schemes attend on the packed form (mx.quantized_matmul in the scheme's `mode`,
+their last axis (head_dim) into stored parts, unpacks them, and says which widths and groups it takes. `genuine` schemes attend on the packed form (mx.quantized_matmul in the scheme's `mode`,
 `kvcore.model.attention`); the others attend on a dequantized copy.
 """
 
@@ -74,7 +73,7 @@ class QuantScheme:
 
     @property
     def execution(self) -> str:
-        """ "genuine" or "simulated", as the statistics and the CSVs say it."""
+        """How attention runs, as the statistics and the CSVs say it: "genuine" or "simulated"."""
         return "genuine" if self.genuine else "simulated"
 
     def bits_refusal(self, bits: Any) -> str | None:
@@ -100,5 +99,5 @@ class QuantScheme:
         return tuple(mx.quantize(x, group_size=self.group_size, bits=bits, mode=self.mode))
 
     def unpack(self, parts: tuple[mx.array, ...], bits: int) -> mx.array:
-        """The float rows the stored parts hold."""
+        """The float rows the stored parts hold (MLX's MX modes give bfloat16, which holds their values exactly)."""
         return mx.dequantize(*parts, group_size=self.group_size, bits=bits, mode=self.mode)
