@@ -45,6 +45,8 @@ DEFAULT_VALUE_BITS: int | None = None
 #: The values' width the app's "Separate K/V" toggle starts from (with 8-bit keys: mlx-lm issue 1550's K8/V4).
 DEFAULT_SPLIT_VALUE_BITS = 4
 DEFAULT_GROUP_SIZE = 64
+#: The quantization scheme (a module of kvcore.quant) that packs K and V: MLX's affine integers.
+DEFAULT_QUANT = "affine"
 #: Full-precision residual (KIVI-style): the kept sinks and the last R prompt positions stay float beside the
 #: packed rest, and decoded tokens too; 0 packs everything kept.
 DEFAULT_FP_RECENT = 0
@@ -73,6 +75,7 @@ DEFAULT_CONFIG: dict[str, object] = {
     "kernel": DEFAULT_KERNEL,
     "schedule": DEFAULT_SCHEDULE,
     "params": {},  # the method's parameters other than window, n_sink and kernel (snapkv has none)
+    "quant": DEFAULT_QUANT,
 }
 #: Tokens of the dense greedy continuation a prefill computes (GUI and CLI).
 DEFAULT_CONTINUATION_TOKENS = 32

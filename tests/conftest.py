@@ -59,7 +59,8 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from kvcore.methods.base import Method, param
+from kvcore.declared import param
+from kvcore.methods.base import Method
 
 
 @dataclass(frozen=True)

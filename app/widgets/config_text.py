@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcore.defaults import ALLOWED_BITS, UNQUANTIZED_BITS
+from kvcore.defaults import ALLOWED_BITS, DEFAULT_QUANT, UNQUANTIZED_BITS
 
 
 def config_label(config: dict[str, Any]) -> str:
-    """A configuration in a few words, e.g. 'snapkv 25 % · 4-bit g64'."""
+    """A configuration in a few words, e.g. 'snapkv 25 % · 4-bit g64' (affine) or 'snapkv 25 % · 4-bit mxfp4 g32'."""
     bits = config.get("bits") or UNQUANTIZED_BITS
     value_bits = config.get("value_bits") or bits
     quant = f"{bits}-bit" if bits == UNQUANTIZED_BITS else f"{bits}-bit g{config.get('group_size')}"
     if value_bits != bits:
         quant = f"K{bits}/V{value_bits}-bit g{config.get('group_size')}"
+    scheme = config.get("quant") or DEFAULT_QUANT
+    if scheme != DEFAULT_QUANT and (bits, value_bits) != (UNQUANTIZED_BITS,) * 2:
+        quant = quant.replace("-bit g", f"-bit {scheme} g")
     if config.get("fp_recent"):
         quant += f" fp{config['fp_recent']}"
     shared = "" if config.get("per_head", True) else " · shared"

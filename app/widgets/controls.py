@@ -1,7 +1,8 @@
 """Compression controls: method, retention ratio, quantization and method parameters as one config dict.
 
 The method list, the parameter rows and which choices a method fixes come from the methods' declarations
-(`kvcore.methods`), so a new method file shows up here with its own widgets.
+(`kvcore.methods`), so a new method file shows up here with its own widgets; the quantization schemes, the widths
+and group sizes each allows, from theirs (`kvcore.quant`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from kvcore.defaults import (
 )
 from kvcore.methods import Method, available, describe
 from kvcore.methods import get as get_method
+from kvcore.quant import QuantScheme
+from kvcore.quant import available as available_schemes
+from kvcore.quant import get as get_scheme
 
 BITS_STEPS = (*ALLOWED_BITS, UNQUANTIZED_BITS)
 GROUP_SIZES = ALLOWED_GROUP_SIZES
@@ -76,6 +80,12 @@ class CompressionControls(QWidget):
         self.bitsSlider.setPageStep(1)
         self.bitsSlider.setTickPosition(QSlider.TickPosition.TicksBelow)
         self.bitsSlider.setToolTip("Bits per stored K/V value (the keys' when split); 16 means not quantized")
+        self._bits_index = self.bitsSlider.value()  # where the slider was: a width a scheme lacks is skipped
+        self.quantCombo = QComboBox(objectName="quantCombo")
+        for i, name in enumerate(available_schemes()):
+            self.quantCombo.addItem(name, name)
+            self.quantCombo.setItemData(i, get_scheme(name).description, Qt.ItemDataRole.ToolTipRole)
+        self.quantCombo.setToolTip("The quantization scheme that packs K and V (kvcore.quant)")
         self.bitsLabel = QLabel(objectName="bitsLabel")
         self.bitsLabel.setMinimumWidth(40)
         self.splitBitsCheck = QCheckBox("Separate K/V", objectName="splitBitsCheck")
@@ -131,6 +141,7 @@ class CompressionControls(QWidget):
         form = QFormLayout(self)
         form.addRow("Method", self.methodCombo)
         form.addRow("Retention", self._with_label(self.retentionSlider, self.retentionLabel))
+        form.addRow("Quantization", self.quantCombo)
         form.addRow("Bits", self._with_label(self.bitsSlider, self.bitsLabel))
         form.addRow("", self.splitBitsCheck)
         form.addRow("Value bits", self.valueBitsRow)
@@ -145,6 +156,7 @@ class CompressionControls(QWidget):
 
         self.methodCombo.currentIndexChanged.connect(self._method_changed)
         self.retentionSlider.valueChanged.connect(self._changed)
+        self.quantCombo.currentIndexChanged.connect(self._changed)
         self.bitsSlider.valueChanged.connect(self._changed)
         self.splitBitsCheck.toggled.connect(self._changed)
         self.valueBitsSlider.valueChanged.connect(self._changed)
@@ -176,9 +188,11 @@ class CompressionControls(QWidget):
     def config(self) -> dict[str, Any]:
         """{method, ratio (0.01-1.0), bits (int, None = unquantized keys), value_bits (None = the keys' width,
         16 = unquantized values), fp_recent (0 when nothing is packed),
-        group_size, per_head, window, n_sink, kernel, schedule, params (the method's other parameters)}."""
+        group_size (the scheme's own where it fixes one), per_head, window, n_sink, kernel, schedule, params (the
+        method's other parameters), quant (the scheme)}."""
         bits = BITS_STEPS[self.bitsSlider.value()]
         values = self.methodParameters.values()
+        groups = self.scheme().allowed_group_sizes
         declared = [p.name for p in self.method().parameters()]
         return {
             "method": self.methodCombo.currentText(),
@@ -186,19 +200,21 @@ class CompressionControls(QWidget):
             "bits": bits_or_none(bits),
             "value_bits": self._value_bits(bits),
             "fp_recent": self.fpRecentSpin.value() if self.quantized() else 0,
-            "group_size": int(self.groupSizeCombo.currentData()),
+            "group_size": groups[0] if len(groups) == 1 else int(self.groupSizeCombo.currentData()),
             "per_head": self.perHeadCheck.isChecked(),
             "window": values["window"],
             "n_sink": values["n_sink"],
             "kernel": values["kernel"],
             "schedule": self.scheduleCombo.currentData(),
             "params": {name: values[name] for name in declared if name not in _TOP_LEVEL},
+            "quant": self.quantCombo.currentData(),
         }
 
     def set_config(self, config: dict[str, Any]) -> None:
         """Apply the keys present in `config` (others keep their value); emits configChanged once."""
         widgets = (
             self.methodCombo,
+            self.quantCombo,
             self.retentionSlider,
             self.bitsSlider,
             self.splitBitsCheck,
@@ -214,6 +230,13 @@ class CompressionControls(QWidget):
             if "method" in config and self.methodCombo.findText(config["method"]) >= 0:
                 self.methodCombo.setCurrentIndex(self.methodCombo.findText(config["method"]))
                 self._show_method_parameters()
+            if "quant" in config:
+                index = self.quantCombo.findData(config["quant"])
+                if index < 0:
+                    raise ValueError(
+                        f"quant must be one of {', '.join(available_schemes())}, got {config['quant']!r}"
+                    )
+                self.quantCombo.setCurrentIndex(index)
             if "ratio" in config:
                 self.retentionSlider.setValue(round(float(config["ratio"]) * 100))
             if "bits" in config:
@@ -221,6 +244,7 @@ class CompressionControls(QWidget):
                 if bits not in BITS_STEPS:
                     raise ValueError(f"bits must be one of {BITS_STEPS}, got {bits}")
                 self.bitsSlider.setValue(BITS_STEPS.index(bits))
+                self._bits_index = self.bitsSlider.value()
             if "value_bits" in config:
                 value_bits = config["value_bits"]
                 split = value_bits not in (None, BITS_STEPS[self.bitsSlider.value()])
@@ -256,6 +280,10 @@ class CompressionControls(QWidget):
     def method(self) -> Method:
         """The selected method, as declared (its parameters at their defaults)."""
         return get_method(self.methodCombo.currentText())
+
+    def scheme(self) -> QuantScheme:
+        """The selected quantization scheme, as declared (its parameters at their defaults)."""
+        return get_scheme(self.quantCombo.currentData())
 
     def quantized(self) -> bool:
         """Whether the current choice packs keys or values (or both)."""
@@ -323,10 +351,42 @@ class CompressionControls(QWidget):
             self.perHeadCheck.setChecked(wanted)
             self.perHeadCheck.blockSignals(False)
 
-        self._enable(self.groupSizeCombo, self.quantized(), "No quantization at 16 bits")
+        scheme = self.scheme()
+        self._snap_to_scheme(scheme)
+        groups = scheme.allowed_group_sizes
+        if not self.quantized():
+            self._enable(self.groupSizeCombo, False, "No quantization at 16 bits")
+        else:
+            self._enable(
+                self.groupSizeCombo, len(groups) > 1, f"{scheme.name} fixes its group size: {groups[0]}"
+            )
         self._enable(self.fpRecentSpin, self.quantized(), "No quantization at 16 bits: everything is float")
         self._form.setRowVisible(self.valueBitsRow, self.splitBitsCheck.isChecked())
         self._update_group_sizes()
+
+    def _snap_to_scheme(self, scheme: QuantScheme) -> None:
+        """Skip the widths the scheme does not pack (in the direction the slider moved) and say why in the
+        sliders' tooltips: a slider cannot grey one of its steps."""
+        allowed = [i for i, b in enumerate(BITS_STEPS) if b in scheme.allowed_bits or b == UNQUANTIZED_BITS]
+        for slider in (self.bitsSlider, self.valueBitsSlider):
+            here = slider.value()
+            if here not in allowed:
+                before = self._bits_index if slider is self.bitsSlider else here
+                ahead = [i for i in allowed if (i > here if here >= before else i < here)]
+                target = min(ahead or allowed, key=lambda i: abs(i - here))
+                slider.blockSignals(True)
+                slider.setValue(target)
+                slider.blockSignals(False)
+            left_out = [b for b in ALLOWED_BITS if b not in scheme.allowed_bits]
+            base = slider.property("baseToolTip") or slider.toolTip()
+            slider.setProperty("baseToolTip", base)
+            reason = (
+                f"\n{scheme.name} packs {', '.join(map(str, scheme.allowed_bits))} bits only"
+                if left_out
+                else ""
+            )
+            slider.setToolTip(base + reason)
+        self._bits_index = self.bitsSlider.value()
 
     def _update_group_sizes(self) -> None:
         combo = self.groupSizeCombo

@@ -1,4 +1,4 @@
-"""The selected method's parameters as spin boxes, built from its declaration (`kvcore.methods.base.param`).
+"""The selected method's parameters as spin boxes, built from its declaration (`kvcore.declared.param`).
 
 A new method's fields appear here with their defaults and help, with no widget code to write. Values are kept by
 parameter name across method changes, so a window set for snapkv carries over to pyramidkv.

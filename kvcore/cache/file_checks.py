@@ -13,6 +13,7 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.cache.sparse import validate_quantization, validate_widths
+from kvcore.defaults import DEFAULT_QUANT
 
 FLOAT_DTYPES = (mx.float16, mx.bfloat16, mx.float32)
 INDEX_DTYPES = (mx.int32, mx.int64, mx.uint32)
@@ -35,17 +36,25 @@ def _shape(x: mx.array, ndim: int, name: str, where: str) -> tuple[int, ...]:
 
 
 def check_rows(keys: tuple[mx.array, ...], values: tuple[mx.array, ...], info: dict, where: str) -> int:
-    """Check the stored key/value arrays (each side 1 part, or packed, scales, biases) and return their row count."""
+    """Check the stored key/value arrays (each side 1 part, or packed, scales (, biases)) and return their row count.
+    Affine scales and biases are floats; the microscaling schemes' scales are one byte (E8M0 / E4M3)."""
+    float_scales = info.get("quant", DEFAULT_QUANT) == DEFAULT_QUANT
     for kind, parts in (("keys", keys), ("values", values)):
-        quantized = len(parts) == 3
-        names = ("packed", "scales", "biases") if quantized else (kind,)
+        quantized = len(parts) > 1
+        names = ("packed", "scales", "biases")[: len(parts)] if quantized else (kind,)
         shapes = [_shape(p, 4, f"{kind}.{j}", where) for j, p in enumerate(parts)]
         if shapes[0][0] != 1:
             raise ValueError(f"{where}: {kind} batch is {shapes[0][0]}, expected 1")
         if any(s[:3] != shapes[0][:3] for s in shapes):
             raise ValueError(f"{where}: {kind} parts disagree on [batch, heads, rows]: {shapes}")
         for j, p in enumerate(parts):
-            want = (mx.uint32,) if quantized and j == 0 else FLOAT_DTYPES
+            want = (
+                (mx.uint32,)
+                if quantized and j == 0
+                else FLOAT_DTYPES
+                if j == 0 or float_scales
+                else (mx.uint8,)
+            )
             if p.dtype not in want:
                 raise ValueError(f"{where}: {kind} {names[j]} dtype {p.dtype}, expected one of {list(want)}")
         if quantized:
@@ -113,10 +122,11 @@ def check_header_layer(info: Any, where: str) -> None:
     offset = _int(info, "offset", where)
     if "bits" in info or "group_size" in info:
         try:
+            quant = info.get("quant", DEFAULT_QUANT)
             if "value_bits" in info:
-                validate_widths(info.get("bits"), info["value_bits"], info.get("group_size"))
+                validate_widths(info.get("bits"), info["value_bits"], info.get("group_size"), quant=quant)
             else:
-                validate_quantization(info.get("bits"), info.get("group_size"))
+                validate_quantization(info.get("bits"), info.get("group_size"), quant=quant)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from e
     if info.get("empty") not in (None, True):

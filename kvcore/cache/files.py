@@ -24,8 +24,8 @@ from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from kvcore.atomic import write_stream
 from kvcore.cache import file_checks as cache_checks
-from kvcore.cache.sparse import SparseKVCache, SparseQuantizedKVCache
-from kvcore.defaults import UNQUANTIZED_BITS
+from kvcore.cache.sparse import SparseKVCache, SparseQuantizedKVCache, scheme_for
+from kvcore.defaults import DEFAULT_QUANT, UNQUANTIZED_BITS
 
 FORMAT = "kvlens-cache"
 VERSION = 1
@@ -46,6 +46,9 @@ def _fields(layer: Any) -> tuple[dict[str, mx.array], dict[str, Any]]:
         value_bits = getattr(layer, "value_bits", layer.bits)
         if value_bits != layer.bits:
             info["value_bits"] = int(value_bits)
+        quant = getattr(layer, "quant", DEFAULT_QUANT)
+        if quant != DEFAULT_QUANT:  # affine files stay as they were
+            info["quant"] = quant
     if layer.keys is None:
         info["empty"] = True
         return {}, info
@@ -177,8 +180,13 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
     quantized = cls in (QuantizedKVCache, SparseQuantizedKVCache)
     if quantized and "bits" not in info:
         raise ValueError(f"{where}: a {cls.__name__} needs bits and group_size")
+    quant = info.get("quant", DEFAULT_QUANT)
+    if quant != DEFAULT_QUANT and cls is not SparseQuantizedKVCache:
+        raise ValueError(f"{where}: a {cls.__name__} is packed affine, not {quant!r}")
     if cls is SparseQuantizedKVCache:
-        layer: Any = cls(group_size=info["group_size"], bits=info["bits"], value_bits=info.get("value_bits"))
+        layer: Any = cls(
+            group_size=info["group_size"], bits=info["bits"], value_bits=info.get("value_bits"), quant=quant
+        )
     elif quantized:
         layer = cls(group_size=info["group_size"], bits=info["bits"])
     else:
@@ -189,7 +197,8 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
             raise ValueError(f"{where}: an empty layer has arrays {sorted(arrays)}")
         return layer
     widths = (info["bits"], info.get("value_bits", info["bits"])) if quantized else (UNQUANTIZED_BITS,) * 2
-    k_parts, v_parts = (1 if w == UNQUANTIZED_BITS else 3 for w in widths)  # a float side of a split cache: 1
+    n_packed = scheme_for(quant, info["group_size"]).n_parts if quantized else 1
+    k_parts, v_parts = (1 if w == UNQUANTIZED_BITS else n_packed for w in widths)  # a float side: 1
     try:
         k = tuple(arrays[f"keys.{j}"] for j in range(k_parts))
         v = tuple(arrays[f"values.{j}"] for j in range(v_parts))
@@ -207,7 +216,7 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
         counts = mx.array(np.asarray(info["prefix_counts"], dtype=np.int32))
         state: tuple = (k, v, arrays["selection"].astype(mx.int32), counts, layer.offset)
         if quantized:
-            state = (*state, info["group_size"], info["bits"], info.get("value_bits", info["bits"]))
+            state = (*state, info["group_size"], info["bits"], info.get("value_bits", info["bits"]), quant)
         layer.state = state
     else:
         cache_checks.check_dense(rows, layer.offset, where)

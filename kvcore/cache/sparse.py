@@ -33,7 +33,9 @@ from mlx.utils import tree_flatten, tree_map
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from kvcore.cache import index_checks
-from kvcore.defaults import ALLOWED_BITS, ALLOWED_GROUP_SIZES, DEFAULT_GROUP_SIZE, UNQUANTIZED_BITS
+from kvcore.defaults import DEFAULT_GROUP_SIZE, DEFAULT_QUANT, UNQUANTIZED_BITS
+from kvcore.quant import QuantScheme
+from kvcore.quant import get as get_scheme
 
 STEP = 256
 
@@ -56,42 +58,45 @@ __all__ = [
 ]
 
 
-def validate_quantization(bits: int, group_size: int, head_dim: int | None = None) -> None:
-    """Raise a ValueError that says what `mx.quantize` allows, before it fails with a less helpful message."""
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits not in ALLOWED_BITS:
-        raise ValueError(f"bits={bits!r} is not supported: mx.quantize allows bits in {ALLOWED_BITS}")
-    if (
-        isinstance(group_size, bool)
-        or not isinstance(group_size, (int, np.integer))
-        or group_size not in ALLOWED_GROUP_SIZES
-    ):
-        raise ValueError(
-            f"group_size={group_size!r} is not supported: mx.quantize allows group sizes {ALLOWED_GROUP_SIZES}"
-        )
-    if head_dim is not None and head_dim % group_size:
-        allowed = [g for g in ALLOWED_GROUP_SIZES if head_dim % g == 0]
-        raise ValueError(
-            f"group_size={group_size} does not divide head_dim={head_dim}: quantization groups run along "
-            f"head_dim, so use one of {allowed or 'none (this head_dim cannot be quantized)'}"
-        )
+def scheme_for(quant: str = DEFAULT_QUANT, group_size: int = DEFAULT_GROUP_SIZE) -> QuantScheme:
+    """The scheme `quant` (kvcore.quant) at `group_size`, or at its own where the format fixes one (mxfp4 32, nvfp4
+    16): the caches take affine's arguments for every scheme. ValueError naming what is allowed otherwise."""
+    groups = type(get_scheme(quant)).allowed_group_sizes
+    return get_scheme(quant, group_size=groups[0] if len(groups) == 1 else group_size)
 
 
-def validate_widths(key_bits: int, value_bits: int, group_size: int, head_dim: int | None = None) -> None:
-    """Split widths: each side packed (ALLOWED_BITS) or kept in its float dtype (UNQUANTIZED_BITS), not both fp."""
+def validate_quantization(
+    bits: int, group_size: int, head_dim: int | None = None, quant: str = DEFAULT_QUANT
+) -> None:
+    """Raise a one-line ValueError that says what the scheme allows, before mx.quantize fails less helpfully."""
+    get_scheme(quant, group_size=group_size).check(bits, head_dim)
+
+
+def validate_widths(
+    key_bits: int,
+    value_bits: int,
+    group_size: int,
+    head_dim: int | None = None,
+    quant: str = DEFAULT_QUANT,
+) -> None:
+    """Split widths: each side packed (a width the scheme allows) or kept in its float dtype (UNQUANTIZED_BITS),
+    not both fp."""
     if key_bits == UNQUANTIZED_BITS and value_bits == UNQUANTIZED_BITS:
         raise ValueError(
             f"key_bits and value_bits are both {UNQUANTIZED_BITS}: nothing to pack; use SparseKVCache"
         )
     for bits in (key_bits, value_bits):
         if bits != UNQUANTIZED_BITS:
-            validate_quantization(bits, group_size, head_dim)
+            validate_quantization(bits, group_size, head_dim, quant)
 
 
-def dequantized(parts: Sequence[mx.array], group_size: int, bits: int) -> mx.array:
-    """The float rows a stored side holds: unpacked, or the float array itself (bits 16)."""
+def dequantized(
+    parts: Sequence[mx.array], group_size: int, bits: int, quant: str = DEFAULT_QUANT
+) -> mx.array:
+    """The float rows a stored side holds: unpacked by the scheme, or the float array itself (bits 16)."""
     if bits == UNQUANTIZED_BITS:
         return parts[0]
-    return mx.dequantize(*parts, group_size=group_size, bits=bits)
+    return scheme_for(quant, group_size).unpack(tuple(parts), bits)
 
 
 def _parts(x: Any) -> tuple[mx.array, ...]:
@@ -356,10 +361,14 @@ class SparseKVCache(_SparseRows, KVCache):
         return parts[0]
 
     def to_quantized(
-        self, group_size: int = DEFAULT_GROUP_SIZE, bits: int = 4, value_bits: int | None = None
+        self,
+        group_size: int = DEFAULT_GROUP_SIZE,
+        bits: int = 4,
+        value_bits: int | None = None,
+        quant: str = DEFAULT_QUANT,
     ) -> SparseQuantizedKVCache:
         """Pack the kept rows (B2 on top of a selection); layout, positions and offset are unchanged."""
-        return quantize_cache([self], bits=bits, group_size=group_size, value_bits=value_bits)[0]
+        return quantize_cache([self], bits=bits, group_size=group_size, value_bits=value_bits, quant=quant)[0]
 
     @property
     def state(self) -> tuple[Any, ...]:
@@ -373,30 +382,49 @@ class SparseKVCache(_SparseRows, KVCache):
 
 
 class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
-    """Packed (mx.quantize) cache over kept positions.
+    """Packed cache over kept positions, packed by a quantization scheme (`quant`, kvcore.quant; default affine).
 
     `bits` is the keys' width (mlx-lm reads it), `value_bits` the values' (default: the same). Keys carry outlier
     channels and values do not, so 8-bit keys with 4-bit values is the usual split; equal widths run mlx-lm's
     quantized attention, split widths `kvcore.model.attention.split_quantized_sdpa`. One side may be 16
     (UNQUANTIZED_BITS): it is stored as its float array (one part, not packed, scales, biases), the other packed.
+    A scheme with one group size (mxfp4 32, nvfp4 16) takes it whatever `group_size` says.
     """
 
     def __init__(
-        self, group_size: int = DEFAULT_GROUP_SIZE, bits: int = 8, value_bits: int | None = None
+        self,
+        group_size: int = DEFAULT_GROUP_SIZE,
+        bits: int = 8,
+        value_bits: int | None = None,
+        quant: str = DEFAULT_QUANT,
     ) -> None:
         value_bits = bits if value_bits is None else value_bits
-        validate_widths(bits, value_bits, group_size)
         self._reset()
-        self.group_size = group_size
+        self._set_scheme(scheme_for(quant, group_size), bits, value_bits)
+
+    def _set_scheme(self, scheme: QuantScheme, bits: int, value_bits: int) -> None:
+        validate_widths(bits, value_bits, scheme.group_size, quant=scheme.name)
+        self.scheme = scheme
+        self.group_size = scheme.group_size  # mlx-lm reads it
         self.bits = bits
         self.value_bits = value_bits
+
+    @property
+    def quant(self) -> str:
+        """The scheme's name (kvcore.quant), as the state, files and CSVs carry it."""
+        return self.scheme.name
+
+    @property
+    def mode(self) -> str:
+        """The scheme's mx.quantize mode: what `kvcore.model.attention` passes to mx.quantized_matmul."""
+        return self.scheme.mode
 
     def _pack(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
         if bits == UNQUANTIZED_BITS:
             return (x,)
         if x.shape[-1] % self.group_size:
-            validate_quantization(bits, self.group_size, x.shape[-1])
-        return tuple(mx.quantize(x, group_size=self.group_size, bits=bits))
+            self.scheme.check(bits, x.shape[-1])
+        return self.scheme.pack(x, bits)
 
     def _encode(self, x: mx.array) -> tuple[mx.array, ...]:
         return self._pack(x, self.bits)
@@ -409,15 +437,16 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
 
     @property
     def state(self) -> tuple[Any, ...]:
-        return (*self._state_rows(), self.group_size, self.bits, self.value_bits)
+        return (*self._state_rows(), self.group_size, self.bits, self.value_bits, self.quant)
 
     @state.setter
     def state(self, v: tuple[Any, ...]) -> None:
+        """Older states end before value_bits (equal widths) or before the scheme (affine)."""
         self._reset()
         keys, values, selection, counts, offset, group_size, bits, *rest = v
         value_bits = int(rest[0]) if rest else int(bits)
-        validate_widths(int(bits), value_bits, int(group_size))
-        self.group_size, self.bits, self.value_bits = int(group_size), int(bits), value_bits
+        quant = str(rest[1]) if len(rest) > 1 else DEFAULT_QUANT
+        self._set_scheme(scheme_for(quant, int(group_size)), int(bits), value_bits)
         self._set_rows(tuple(keys), tuple(values), selection, np.asarray(counts), offset)
 
 
@@ -503,7 +532,10 @@ def _empty_like(layer: Any) -> SparseKVCache | SparseQuantizedKVCache:
     """An empty sparse cache of the layer's kind (packed at the layer's widths when it is quantized)."""
     if hasattr(layer, "bits"):
         return SparseQuantizedKVCache(
-            group_size=layer.group_size, bits=layer.bits, value_bits=getattr(layer, "value_bits", None)
+            group_size=layer.group_size,
+            bits=layer.bits,
+            value_bits=getattr(layer, "value_bits", None),
+            quant=getattr(layer, "quant", DEFAULT_QUANT),
         )
     return SparseKVCache()
 
@@ -540,7 +572,7 @@ def _full_rows(layer: Any) -> SparseKVCache | SparseQuantizedKVCache:
     h = _parts(layer.keys)[0].shape[1]
     selection = mx.broadcast_to(mx.arange(n, dtype=mx.int32)[None], (h, n))
     if hasattr(layer, "bits"):
-        out = SparseQuantizedKVCache(group_size=layer.group_size, bits=layer.bits)
+        out = SparseQuantizedKVCache(group_size=layer.group_size, bits=layer.bits)  # mlx-lm's: affine
     else:
         out = SparseKVCache()
     k, v = (out._wrap([_rows(b, n) for b in _parts(x)]) for x in (layer.keys, layer.values))
@@ -574,18 +606,25 @@ def to_sparse_all(cache: Sequence[Any]) -> list:
 
 
 def quantize_cache(
-    cache: Sequence[Any], bits: int, group_size: int = DEFAULT_GROUP_SIZE, value_bits: int | None = None
+    cache: Sequence[Any],
+    bits: int,
+    group_size: int = DEFAULT_GROUP_SIZE,
+    value_bits: int | None = None,
+    quant: str = DEFAULT_QUANT,
 ) -> list:
-    """B2: pack every fp full-attention layer's kept K/V with mx.quantize (storage and execution form).
+    """B2: pack every fp full-attention layer's kept K/V with the scheme `quant` (storage and execution form).
 
     KVCache and SparseKVCache layers become SparseQuantizedKVCache with the same rows, positions and offset
     (ragged layers stay ragged); layers that are not KV caches pass through. Differs from the seed: a layer that is
     already quantized raises ValueError instead of TypeError, and everything is evaluated in one `mx.eval`.
     `bits` packs the keys, `value_bits` (default: `bits`) the values; either (not both) may be 16, that side then
-    stays in its float dtype.
+    stays in its float dtype. A scheme with one group size (mxfp4 32, nvfp4 16) takes it whatever `group_size`
+    says.
     """
     value_bits = bits if value_bits is None else value_bits
-    validate_widths(bits, value_bits, group_size)
+    scheme = scheme_for(quant, group_size)
+    group_size = scheme.group_size
+    validate_widths(bits, value_bits, group_size, quant=quant)
     out: list[Any] = []
     for i, c in enumerate(cache):
         if type(c) in (QuantizedKVCache, SparseQuantizedKVCache):
@@ -598,8 +637,8 @@ def quantize_cache(
         if type(c) is not SparseKVCache or c.keys is None:
             out.append(c)
             continue
-        validate_widths(bits, value_bits, group_size, int(c.keys.shape[-1]))
-        q = SparseQuantizedKVCache(group_size=group_size, bits=bits, value_bits=value_bits)
+        validate_widths(bits, value_bits, group_size, int(c.keys.shape[-1]), quant)
+        q = SparseQuantizedKVCache(group_size=group_size, bits=bits, value_bits=value_bits, quant=quant)
         k, v = c.keys_and_values()
         q._set_rows(q._encode(k), q._encode_values(v), c._selection, c._prefix_counts, c.offset)
         out.append(q)
@@ -704,7 +743,7 @@ def take_rows(layer: Any, heads: Sequence[np.ndarray]) -> SparseKVCache | Sparse
     """A sparse layer of rows `heads[h]` (sorted, valid by construction) of each kv-head; a head may keep none.
 
     `select_positions` refuses empty heads (a cache must attend to something); this is for one of several stores
-    of a layer (kvcore.quant.residual), where another store holds that head's rows. Lazy: the caller evaluates.
+    of a layer (kvcore.cache.residual), where another store holds that head's rows. Lazy: the caller evaluates.
     """
     src = _Source(layer)
     counts = np.array([len(p) for p in heads], dtype=np.int32)
@@ -735,7 +774,7 @@ def copy_cache(cache: Sequence[Any]) -> list:
     """
     out = []
     for c in cache:
-        if hasattr(c, "branch"):  # a layer made of stores (kvcore.quant.residual) copies each of them
+        if hasattr(c, "branch"):  # a layer made of stores (kvcore.cache.residual) copies each of them
             out.append(c.branch())
             continue
         n = copy.copy(c)

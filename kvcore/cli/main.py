@@ -36,6 +36,7 @@ from kvcore.defaults import (
     DEFAULT_KERNEL,
     DEFAULT_METHOD,
     DEFAULT_N_SINK,
+    DEFAULT_QUANT,
     DEFAULT_RATIO,
     DEFAULT_SCHEDULE,
     DEFAULT_SWEEP_BITS,
@@ -186,7 +187,19 @@ def _add_prompt_set(s: argparse.ArgumentParser, source: Any) -> None:
 
 def _add_shared(s: argparse.ArgumentParser) -> None:
     """Compression options every subcommand takes."""
-    s.add_argument("--group-size", type=int, default=DEFAULT_GROUP_SIZE)
+    s.add_argument(
+        "--group-size",
+        type=int,
+        default=DEFAULT_GROUP_SIZE,
+        help="affine's group (32, 64 or 128); mxfp4, nvfp4 and mxfp8 fix theirs (32, 16, 32)",
+    )
+    s.add_argument(
+        "--quant",
+        default=DEFAULT_QUANT,
+        metavar="SCHEME",
+        help=f"the quantization scheme that packs K and V (a module of kvcore.quant): affine, mxfp4 (--bits 4), "
+        f"nvfp4 (--bits 4), mxfp8 (--bits 8), … (default {DEFAULT_QUANT})",
+    )
     s.add_argument("--shared", action="store_true", help="all kv-heads of a layer keep the same positions")
     s.add_argument("--window", type=int, default=DEFAULT_WINDOW)
     s.add_argument("--n-sink", type=int, default=DEFAULT_N_SINK)
@@ -391,12 +404,22 @@ def _config(
 ) -> Any:
     from kvcore.engine.session import CompressionConfig
     from kvcore.methods import get
+    from kvcore.quant import available as available_schemes
+    from kvcore.quant import get as get_scheme
 
     declared = {p.name for p in get(method).parameters()}
-    if bits != UNQUANTIZED_BITS and bits not in ALLOWED_BITS:
-        raise UsageError(f"--bits/--key-bits {bits}: allowed are {_BITS_HELP}")
-    if value_bits is not None and value_bits != UNQUANTIZED_BITS and value_bits not in ALLOWED_BITS:
-        raise UsageError(f"--value-bits {value_bits}: allowed are {_BITS_HELP}")
+    if args.quant not in available_schemes():
+        raise UsageError(f"--quant {args.quant}: available are {', '.join(available_schemes())}")
+    allowed = type(get_scheme(args.quant)).allowed_bits
+    help_ = (
+        _BITS_HELP
+        if args.quant == DEFAULT_QUANT
+        else f"{', '.join(map(str, allowed))} or {UNQUANTIZED_BITS} (unquantized)"
+    )
+    if bits != UNQUANTIZED_BITS and bits not in allowed:
+        raise UsageError(f"--bits/--key-bits {bits}: allowed are {help_}")
+    if value_bits is not None and value_bits != UNQUANTIZED_BITS and value_bits not in allowed:
+        raise UsageError(f"--value-bits {value_bits}: allowed are {help_}")
     return CompressionConfig(
         method=method,
         ratio=ratio,
@@ -410,6 +433,7 @@ def _config(
         schedule=args.schedule,
         fp_recent=args.fp_recent,
         params={name: value for name, value in args.param if name in declared},
+        quant=args.quant,
     )
 
 

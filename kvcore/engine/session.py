@@ -29,10 +29,9 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.cache import sparse as caches
+from kvcore.cache.residual import ResidualKVCache, split_select
 from kvcore.capture.prefill import Cancelled, CaptureResult, prefill_with_capture
 from kvcore.defaults import (
-    ALLOWED_BITS,
-    ALLOWED_GROUP_SIZES,
     CAPTURE_WINDOW,
     DEFAULT_BITS,
     DEFAULT_CONTINUATION_TOKENS,
@@ -43,6 +42,7 @@ from kvcore.defaults import (
     DEFAULT_METHOD,
     DEFAULT_N_SINK,
     DEFAULT_PER_HEAD,
+    DEFAULT_QUANT,
     DEFAULT_RATIO,
     DEFAULT_SCHEDULE,
     DEFAULT_SEED,
@@ -59,7 +59,9 @@ from kvcore.methods.base import window_attention
 from kvcore.methods.selection import Ranking, budget_note, device_select, rank, select, selects_on_device
 from kvcore.model import checks as model_checks
 from kvcore.model import loading, prompting
-from kvcore.quant.residual import ResidualKVCache, split_select
+from kvcore.quant import QuantScheme
+from kvcore.quant import available as available_schemes
+from kvcore.quant import get as get_scheme
 
 Progress = Callable[[int, int], None] | None
 CancelCheck = Callable[[], bool] | None
@@ -93,7 +95,10 @@ class CompressionConfig:
     keys with 4-bit values is `bits=8, value_bits=4`, float keys with 4-bit values `bits=None, value_bits=4` and
     4-bit keys with float values `bits=4, value_bits=16`. A value width equal to the keys' is stored as None.
     `fp_recent = R > 0` keeps the kept sinks (positions < n_sink) and the last R prompt positions float beside the
-    packed rest, and decoded tokens float too (kvcore.quant.residual); it is 0 whenever nothing is packed.
+    packed rest, and decoded tokens float too (kvcore.cache.residual); it is 0 whenever nothing is packed.
+    `quant` names the scheme that packs (kvcore.quant): it sets the widths and group sizes allowed, a scheme with
+    one group size (mxfp4 32, nvfp4 16) fixes `group_size`. It is kept while nothing is packed, so a sweep from an
+    unquantized base packs its quantized points with it.
     """
 
     method: str = DEFAULT_METHOD
@@ -111,6 +116,12 @@ class CompressionConfig:
     #: The method's other parameters by name (beta, alpha, a new method's own); window, n_sink, kernel and seed
     #: are the fields above, given to every method that declares a parameter of that name. A dict is accepted.
     params: tuple[tuple[str, int | float], ...] = ()
+    quant: str = DEFAULT_QUANT
+
+    @property
+    def scheme(self) -> QuantScheme:
+        """The quantization scheme at this setting's group size (built and checked once, on creation)."""
+        return self._scheme
 
     @property
     def method_instance(self) -> Method:
@@ -141,7 +152,8 @@ class CompressionConfig:
         packed = [(name, dim) for name, dim, bits in sides if bits is not None]
         for name, dim in packed:
             if dim % self.group_size:
-                ok = [g for g in ALLOWED_GROUP_SIZES if all(d % g == 0 for _, d in packed)]
+                allowed = self._scheme.allowed_group_sizes
+                ok = [g for g in allowed if all(d % g == 0 for _, d in packed)]
                 return f"group size {self.group_size} does not divide {name} {dim} of this model: use one of {ok}"
         return None
 
@@ -161,6 +173,8 @@ class CompressionConfig:
             "method_params": ";".join(
                 f"{name}={value}" for name, value in self._method.values().items() if name not in _COLUMNS
             ),
+            "quant_scheme": self.quant,
+            "execution": self._scheme.execution,
         }
 
     @property
@@ -176,13 +190,20 @@ class CompressionConfig:
             raise ValueError(f"unknown method {self.method!r}; available: {', '.join(available())}")
         if not isinstance(self.ratio, int | float) or not 0.0 < self.ratio <= 1.0:
             raise ValueError(f"ratio must be in (0, 1], got {self.ratio!r}")
-        if self.bits is not None and self.bits not in ALLOWED_BITS:
+        if self.quant not in available_schemes():
             raise ValueError(
-                f"bits must be one of {ALLOWED_BITS} or {UNQUANTIZED_BITS} (unquantized), got {self.bits!r}"
+                f"unknown quantization scheme {self.quant!r}; available: {', '.join(available_schemes())}"
             )
-        if self.value_bits is not None and self.value_bits not in (*ALLOWED_BITS, UNQUANTIZED_BITS):
+        scheme_class = type(get_scheme(self.quant))
+        allowed_bits = scheme_class.allowed_bits
+        who = "" if self.quant == DEFAULT_QUANT else f"{self.quant}: "
+        if self.bits is not None and self.bits not in allowed_bits:
             raise ValueError(
-                f"value bits must be one of {ALLOWED_BITS}, {UNQUANTIZED_BITS} (unquantized) or None "
+                f"{who}bits must be one of {allowed_bits} or {UNQUANTIZED_BITS} (unquantized), got {self.bits!r}"
+            )
+        if self.value_bits is not None and self.value_bits not in (*allowed_bits, UNQUANTIZED_BITS):
+            raise ValueError(
+                f"{who}value bits must be one of {allowed_bits}, {UNQUANTIZED_BITS} (unquantized) or None "
                 f"(the keys' width), got value_bits={self.value_bits!r} with bits={self.bits!r}"
             )
         if self.value_bits == (self.bits or UNQUANTIZED_BITS):
@@ -192,8 +213,12 @@ class CompressionConfig:
             raise ValueError(f"fp_recent must be a whole number of positions >= 0, got {fp!r}")
         if not self.quantized:
             object.__setattr__(self, "fp_recent", 0)  # nothing is packed, so nothing needs a float residual
-        if self.group_size not in ALLOWED_GROUP_SIZES:
-            raise ValueError(f"group size must be one of {ALLOWED_GROUP_SIZES}, got {self.group_size!r}")
+        groups = scheme_class.allowed_group_sizes
+        if len(groups) == 1:
+            object.__setattr__(self, "group_size", groups[0])  # the format fixes it
+        if self.group_size not in groups:
+            raise ValueError(f"{who}group size must be one of {groups}, got {self.group_size!r}")
+        object.__setattr__(self, "_scheme", get_scheme(self.quant, group_size=self.group_size))
         if self.window > CAPTURE_WINDOW:
             raise ValueError(f"window must be at most {CAPTURE_WINDOW}, got {self.window!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int | np.integer) or self.window < 1:
@@ -549,7 +574,7 @@ class Session:
         ranking = self.ranking(config)
         selection = select(ranking, config.ratio, per_head=config.per_head)
         source = (
-            self._quantized_dense(*config.widths, config.group_size, config.schedule)
+            self._quantized_dense(*config.widths, config.group_size, config.schedule, config.quant)
             if config.quantized
             else observed.cache
         )
@@ -593,19 +618,24 @@ class Session:
             f"{self.info.n_q_heads} query heads, so per-head budgets are one shared selection"
         )
 
-    def _quantized_dense(self, bits: int, value_bits: int, group_size: int, schedule: str) -> list[Any]:
-        """The whole prefilled cache packed at (key bits, value bits, group_size), kept for the last one asked for.
+    def _quantized_dense(
+        self, bits: int, value_bits: int, group_size: int, schedule: str, quant: str = DEFAULT_QUANT
+    ) -> list[Any]:
+        """The whole prefilled cache packed by `quant` at (key bits, value bits, group_size), kept for the last one
+        asked for.
 
         mx.quantize packs each row on its own, so gathering packed rows equals packing gathered rows, bit for bit;
         packing once per bit width turns every later ratio move into a gather of packed rows, which is ~3x
         cheaper on a CPU than quantizing the kept rows again (BENCHMARKS.md, recompress). Memory: one packed
         copy (~0.28x the bf16 cache at 4 bits).
         """
-        key = (bits, value_bits, group_size, schedule)
+        key = (bits, value_bits, group_size, schedule, quant)
         if self._packed is None or self._packed[0] != key:
             self._packed = None
             source = self._observed(schedule).cache
-            packed = caches.quantize_cache(source, bits=bits, group_size=group_size, value_bits=value_bits)
+            packed = caches.quantize_cache(
+                source, bits=bits, group_size=group_size, value_bits=value_bits, quant=quant
+            )
             self._packed = (key, packed)
         return self._packed[1]
 
@@ -793,8 +823,8 @@ def _row_errors(dense: Any, store: Any, n_prompt: int, packed: bool) -> tuple[np
         return pos, zeros, zeros
     dk, dv = dense.keys[0, :, : dense.offset], dense.values[0, :, : dense.offset]
     qk, qv = store.keys_and_values()
-    deq_k = caches.dequantized(qk, store.group_size, store.bits)[0].astype(mx.float32)
-    deq_v = caches.dequantized(qv, store.group_size, store.value_bits)[0].astype(mx.float32)
+    deq_k = caches.dequantized(qk, store.group_size, store.bits, store.quant)[0].astype(mx.float32)
+    deq_v = caches.dequantized(qv, store.group_size, store.value_bits, store.quant)[0].astype(mx.float32)
     safe = mx.array(np.maximum(pos, 0))
     ref_k = mx.take_along_axis(dk.astype(mx.float32), safe[..., None], axis=1)
     ref_v = mx.take_along_axis(dv.astype(mx.float32), safe[..., None], axis=1)

@@ -27,6 +27,8 @@ STATS_COLUMNS: tuple[str, ...] = (
     "kernel",  # snapkv's pooling kernel
     "n_sink",  # attention sinks (streaming_llm, expected_attention; kept float by the fp residual)
     "method_params",  # the method's other declared parameters, NAME=VALUE;… (pyramidkv beta, adakv alpha, …)
+    "quant_scheme",  # the scheme that packs K and V (kvcore.quant): affine, mxfp4, nvfp4, mxfp8, …
+    "execution",  # "genuine": attention ran on the packed form; "simulated": on a dequantized copy
     "layer",
     "kv_head",
     "compressible",  # False for a layer stored whole (sliding window, SSM state): its bytes are the same in both
@@ -51,6 +53,8 @@ ADDED_COLUMNS: dict[str, str] = {
     "kernel": str(DEFAULT_KERNEL),
     "n_sink": str(DEFAULT_N_SINK),
     "method_params": "",
+    "quant_scheme": "affine",  # the only scheme then
+    "execution": "genuine",  # affine attention always ran on the packed form
     "baseline_dtype": "",  # not recorded then
 }
 

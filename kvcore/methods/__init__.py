@@ -10,7 +10,8 @@ import importlib
 import pkgutil
 from functools import cache
 
-from kvcore.methods.base import Method, Parameter
+from kvcore.declared import Parameter
+from kvcore.methods.base import Method
 
 __all__ = ["Method", "Parameter", "available", "describe", "get"]
 

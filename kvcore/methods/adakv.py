@@ -14,8 +14,9 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
+from kvcore.declared import Parameter, param
 from kvcore.defaults import ADAKV_ALPHA
-from kvcore.methods.base import Method, Parameter, param
+from kvcore.methods.base import Method
 from kvcore.methods.snapkv import SnapKV
 
 

@@ -18,51 +18,8 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
+from kvcore.declared import Parameter, param
 from kvcore.defaults import CAPTURE_WINDOW, DEFAULT_N_SINK, DEFAULT_WINDOW
-
-
-@dataclass(frozen=True)
-class Parameter:
-    """One declared hyper-parameter, as the GUI and the CLI present it."""
-
-    name: str
-    default: int | float
-    help: str
-    minimum: float | None = None
-    maximum: float | None = None
-    odd: bool = False
-
-    @property
-    def kind(self) -> type:
-        """int or float: what a widget steps by and what `--param` parses."""
-        return float if isinstance(self.default, float) else int
-
-    def check(self, owner: str, value: Any) -> None:
-        """ValueError naming the method, the parameter and the allowed values when `value` does not fit."""
-        numbers = (int, np.integer, float, np.floating) if self.kind is float else (int, np.integer)
-        if isinstance(value, bool) or not isinstance(value, numbers):
-            what = "a number" if self.kind is float else "an integer"
-            raise ValueError(f"{self.name} must be {what}, got {value!r}")
-        if self.odd and value % 2 == 0:
-            raise ValueError(f"{self.name} must be an odd integer >= {self.minimum:g}, got {value!r}")
-        if self.minimum is not None and value < self.minimum:
-            what = "an integer" if self.kind is int else "a number"
-            raise ValueError(f"{self.name} must be {what} >= {self.minimum:g}, got {value!r}")
-        if self.maximum is not None and value > self.maximum:
-            raise ValueError(f"{owner} takes {self.name} up to {self.maximum:g}, got {value!r}")
-
-
-def param(
-    default: int | float,
-    help: str,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    odd: bool = False,
-) -> Any:
-    """A method's hyper-parameter field: its default, a one-line help and its limits (checked on creation)."""
-    meta = {"help": help, "minimum": minimum, "maximum": maximum, "odd": odd}
-    return dataclasses.field(default=default, metadata={"parameter": meta})
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvcore.declared import param
 from kvcore.defaults import PYRAMIDKV_BETA
-from kvcore.methods.base import param
 from kvcore.methods.snapkv import SnapKV
 
 

@@ -8,8 +8,9 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
+from kvcore.declared import param
 from kvcore.defaults import DEFAULT_SEED
-from kvcore.methods.base import Method, param
+from kvcore.methods.base import Method
 
 
 @dataclass(frozen=True)

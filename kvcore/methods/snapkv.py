@@ -8,8 +8,9 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
+from kvcore.declared import param
 from kvcore.defaults import DEFAULT_KERNEL
-from kvcore.methods.base import Method, effective_window, group_mean, param, window_attention, window_param
+from kvcore.methods.base import Method, effective_window, group_mean, window_attention, window_param
 
 
 def avg_pool(x: mx.array, kernel: int) -> mx.array:

@@ -72,16 +72,19 @@ def sdpa(
         head_mask = per_head(queries.shape[2], n_q_heads, None if quantized else queries.dtype)
         if head_mask is not None:
             mask = head_mask
-    attend = getattr(cache, "attend", None)  # kvcore.quant.residual: a packed body and a float residual
+    attend = getattr(cache, "attend", None)  # kvcore.cache.residual: a packed body and a float residual
     value_bits = getattr(cache, "value_bits", None)
-    split = value_bits is not None and value_bits != cache.bits
+    mode = getattr(
+        cache, "mode", "affine"
+    )  # the cache's quantization scheme (kvcore.quant), as mx.quantize names it
+    split = value_bits is not None and (value_bits != cache.bits or mode != "affine")
     if (attend is not None or split) and sinks is not None:
         raise ValueError("Quantized SDPA does not support attention sinks.")
     if attend is not None:
         return attend(queries, keys, values, scale)
     if split:
         return split_quantized_sdpa(
-            queries, keys, values, scale, mask, cache.group_size, cache.bits, value_bits
+            queries, keys, values, scale, mask, cache.group_size, cache.bits, value_bits, mode
         )
     return mlx_base.scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks)
 
@@ -95,12 +98,14 @@ def split_quantized_sdpa(
     group_size: int,
     key_bits: int,
     value_bits: int,
+    mode: str = "affine",
 ) -> mx.array:
-    """mlx-lm's quantized attention with keys and values packed at different widths (it takes one `bits`).
+    """mlx-lm's quantized attention with keys and values packed at different widths (it takes one `bits`) or by a
+    scheme other than affine (it takes no `mode`): attention runs on the packed form either way (genuine).
 
     Same steps as `mlx_lm.models.base.quantized_scaled_dot_product_attention`: scores from the packed keys,
     the mask (string "causal" aligned bottom-right, bool or additive, per kv-head), a precise softmax, then the
-    weighted sum of the packed values; only the two `bits` differ. A side of width 16 (UNQUANTIZED_BITS) is one
+    weighted sum of the packed values; only the two `bits` and the `mode` differ. A side of width 16 (UNQUANTIZED_BITS) is one
     float array and goes through a plain matmul.
     """
     B, n_q_heads, L, D = queries.shape
@@ -111,7 +116,7 @@ def split_quantized_sdpa(
         queries = mx.reshape(queries, (B, n_kv_heads, n_repeats, L, D))
         q_keys = tuple(mx.expand_dims(x, axis=-3) for x in q_keys)
         q_values = tuple(mx.expand_dims(x, axis=-3) for x in q_values)
-    scores = quantized_or_float_matmul(queries, q_keys, True, group_size, key_bits)
+    scores = quantized_or_float_matmul(queries, q_keys, True, group_size, key_bits, mode)
     if mask is not None:
         if isinstance(mask, str):
             q_len, k_len = scores.shape[-2:]
@@ -123,20 +128,26 @@ def split_quantized_sdpa(
         else:
             scores = scores + mask
     scores = mx.softmax(scores, axis=-1, precise=True)
-    out = quantized_or_float_matmul(scores, q_values, False, group_size, value_bits)
+    out = quantized_or_float_matmul(scores, q_values, False, group_size, value_bits, mode)
     if n_repeats > 1:
         out = mx.reshape(out, (B, n_q_heads, L, D))
     return out
 
 
 def quantized_or_float_matmul(
-    x: mx.array, parts: tuple[mx.array, ...], transpose: bool, group_size: int, bits: int
+    x: mx.array,
+    parts: tuple[mx.array, ...],
+    transpose: bool,
+    group_size: int,
+    bits: int,
+    mode: str = "affine",
 ) -> mx.array:
-    """x @ stored side (transposed for keys): packed parts through quantized_matmul, a float array as it is."""
+    """x @ stored side (transposed for keys): packed parts (codes, scales and, for affine, biases) through
+    quantized_matmul in the scheme's `mode`, a float array as it is."""
     if bits == UNQUANTIZED_BITS:
         w = parts[0]
         return x @ (mx.swapaxes(w, -1, -2) if transpose else w)
-    return mx.quantized_matmul(x, *parts, transpose=transpose, group_size=group_size, bits=bits)
+    return mx.quantized_matmul(x, *parts, transpose=transpose, group_size=group_size, bits=bits, mode=mode)
 
 
 def _attention_modules(model: nn.Module) -> list[Any]:

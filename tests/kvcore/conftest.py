@@ -64,9 +64,12 @@ def greedy(model, cache: list, first: int, n: int) -> list[int]:
     return tokens
 
 
-def _dequantized(x: mx.array, group: int, bits: int, exact: mx.array | None) -> mx.array:
-    """x packed and unpacked at `bits`, except the rows `exact` marks (kept as they are)."""
-    deq = mx.dequantize(*mx.quantize(x, group_size=group, bits=bits), group_size=group, bits=bits)
+def _dequantized(
+    x: mx.array, group: int, bits: int, exact: mx.array | None, mode: str = "affine"
+) -> mx.array:
+    """x packed and unpacked at `bits` in mx.quantize's `mode`, except the rows `exact` marks (kept as they are)."""
+    packed = mx.quantize(x, group_size=group, bits=bits, mode=mode)
+    deq = mx.dequantize(*packed, group_size=group, bits=bits, mode=mode).astype(x.dtype)  # MX modes: bf16
     return deq if exact is None else mx.where(exact, x, deq)
 
 
@@ -91,6 +94,7 @@ def reference_attention(
     quant: tuple[int, ...] | None = None,
     windows: Sequence[int | None] | None = None,
     float_positions: Sequence[int] | None = None,
+    mode: str = "affine",
 ) -> Iterator:
     """Route the model's attention through float64 NumPy softmax over only the kept positions.
 
@@ -98,7 +102,7 @@ def reference_attention(
     or a list of per-kv-head arrays of kept prompt positions; positions >= T (appended tokens) are always kept,
     causally. With `quant=(bits, group)` or
     `(key_bits, group, value_bits)`, K and V are quantized and dequantized first, as a quantized cache holds
-    them (a width of 16 leaves that side as it is); `float_positions` (a float residual) are prompt positions
+    them (a width of 16 leaves that side as it is; `mode`: the scheme's mx.quantize mode); `float_positions` (a float residual) are prompt positions
     left unquantized, and then appended tokens are too. `windows[l]` (a sliding-window layer) limits each query to the last `windows[l]` positions, itself
     included, as mlx-lm's window mask does; learned sinks (gpt_oss) add their logit to each softmax.
     """
@@ -113,7 +117,7 @@ def reference_attention(
                 rows = np.arange(keys.shape[2])
                 exact = mx.array((np.isin(rows, float_positions) | (rows >= T))[:, None])
             keys, values = (
-                x if b == 16 else _dequantized(x, group, b, exact)
+                x if b == 16 else _dequantized(x, group, b, exact, mode)
                 for x, b in ((keys, bits), (values, value_bits[0] if value_bits else bits))
             )
         q, k, v = (np.array(x, dtype=np.float64) for x in (queries, keys, values))

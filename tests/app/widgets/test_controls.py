@@ -68,6 +68,7 @@ def test_set_config_round_trip_emits_once(controls, qtbot):
         "kernel": 7,
         "schedule": "mlx-lm",
         "params": {},
+        "quant": "affine",
     }
     emitted = []
     controls.configChanged.connect(emitted.append)
@@ -235,3 +236,33 @@ def test_fp_recent_spin_sits_with_the_bits_and_applies_only_when_packing(control
     assert blocker.args[0]["fp_recent"] == 64 and blocker.args[0]["bits"] == 4
     spin.setValue(0)
     assert controls.config()["fp_recent"] == 0 and spin.text() == "off"
+
+
+def test_the_scheme_combo_lists_the_schemes_and_emits_quant(controls, qtbot):
+    from kvcore.quant import available as schemes
+    from kvcore.quant import get as get_scheme
+
+    combo = controls.quantCombo
+    assert [combo.itemData(i) for i in range(combo.count())] == list(schemes())
+    index = combo.findData("nvfp4")
+    assert combo.itemData(index, Qt.ItemDataRole.ToolTipRole) == get_scheme("nvfp4").description
+    controls.bitsSlider.setValue(2)  # 4 bits
+    with qtbot.waitSignal(controls.configChanged) as blocker:
+        combo.setCurrentIndex(index)
+    config = blocker.args[0]
+    assert (config["quant"], config["bits"], config["group_size"]) == ("nvfp4", 4, 16)
+    assert not controls.groupSizeCombo.isEnabled()
+    assert "nvfp4 fixes its group size: 16" in controls.groupSizeCombo.toolTip()
+
+
+def test_the_bits_slider_skips_widths_the_scheme_does_not_pack(controls, qtbot):
+    controls.set_config({"quant": "mxfp4", "bits": 4})
+    assert "mxfp4 packs 4 bits only" in controls.bitsSlider.toolTip()
+    values = []
+    controls.configChanged.connect(lambda c: values.append(c["bits"]))
+    controls.bitsSlider.setFocus()
+    qtbot.keyClick(controls.bitsSlider, Qt.Key.Key_Right)  # 5 is not an MXFP4 width: on to 16 (off)
+    qtbot.keyClick(controls.bitsSlider, Qt.Key.Key_Left)  # 8 is not either: back to 4
+    assert values == [None, 4]
+    controls.set_config({"quant": "affine"})
+    assert "packs" not in controls.bitsSlider.toolTip()

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from kvcore import quantize_cache
+from kvcore.cache.residual import ResidualKVCache, split_select
 from kvcore.cli.main import main
 from kvcore.engine.session import CompressionConfig, Session
-from kvcore.quant.residual import ResidualKVCache, split_select
 from tests.kvcore.conftest import GROUP, prefill, prompt_ids, reference_attention, run
 
 PROMPT = (

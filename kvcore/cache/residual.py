@@ -62,6 +62,10 @@ class ResidualKVCache:
         return self.body.group_size
 
     @property
+    def quant(self) -> str:
+        return self.body.quant
+
+    @property
     def n_heads(self) -> int:
         return self.residual.n_heads
 
@@ -114,11 +118,11 @@ class ResidualKVCache:
         n_kv = res_k.shape[1]
         rep = n_q_heads // n_kv
         q = mx.reshape(queries * scale, (B, n_kv, rep, L, D))
-        group, kb, vb = self.group_size, self.bits, self.value_bits
+        group, kb, vb, mode = self.group_size, self.bits, self.value_bits, self.body.mode
         expand = tuple  # parts of one side, each [B, H, n, *] -> [B, H, 1, n, *] to broadcast over the group
         body_k, body_v = (expand(mx.expand_dims(x, 2) for x in side) for side in (body_k, body_v))
         n_body = body_k[0].shape[3]
-        scores = [quantized_or_float_matmul(q, body_k, True, group, kb)] if n_body else []
+        scores = [quantized_or_float_matmul(q, body_k, True, group, kb, mode)] if n_body else []
         scores.append(q @ mx.swapaxes(mx.expand_dims(res_k, 2), -1, -2))
         masks = [self._body_mask(n_body)] if n_body else []
         masks.append(residual_mask(self.residual, L))
@@ -133,7 +137,7 @@ class ResidualKVCache:
         weights = mx.softmax(joined, axis=-1, precise=True)
         out = weights[..., n_body:] @ mx.expand_dims(res_v, 2)
         if n_body:
-            out = out + quantized_or_float_matmul(weights[..., :n_body], body_v, False, group, vb)
+            out = out + quantized_or_float_matmul(weights[..., :n_body], body_v, False, group, vb, mode)
         return mx.reshape(out, (B, n_q_heads, L, D))
 
     def _body_mask(self, n_body: int) -> mx.array | None:

@@ -1,0 +1,58 @@
+"""Declared parameters: a field that carries its default, a one-line help and its limits.
+
+Methods (`kvcore.methods`) and quantization schemes (`kvcore.quant`) are frozen dataclasses whose fields are
+declared with `param`, so the GUI's widgets, the CLI's `--param NAME=VALUE`, session files and CSV columns read
+one declaration instead of a list kept elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One declared hyper-parameter, as the GUI and the CLI present it."""
+
+    name: str
+    default: int | float
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    odd: bool = False
+
+    @property
+    def kind(self) -> type:
+        """int or float: what a widget steps by and what `--param` parses."""
+        return float if isinstance(self.default, float) else int
+
+    def check(self, owner: str, value: Any) -> None:
+        """ValueError naming the owner, the parameter and the allowed values when `value` does not fit."""
+        numbers = (int, np.integer, float, np.floating) if self.kind is float else (int, np.integer)
+        if isinstance(value, bool) or not isinstance(value, numbers):
+            what = "a number" if self.kind is float else "an integer"
+            raise ValueError(f"{self.name} must be {what}, got {value!r}")
+        if self.odd and value % 2 == 0:
+            raise ValueError(f"{self.name} must be an odd integer >= {self.minimum:g}, got {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            what = "an integer" if self.kind is int else "a number"
+            raise ValueError(f"{self.name} must be {what} >= {self.minimum:g}, got {value!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"{owner} takes {self.name} up to {self.maximum:g}, got {value!r}")
+
+
+def param(
+    default: int | float,
+    help: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    odd: bool = False,
+) -> Any:
+    """A declared parameter field: its default, a one-line help and its limits (checked on creation)."""
+    meta = {"help": help, "minimum": minimum, "maximum": maximum, "odd": odd}
+    return dataclasses.field(default=default, metadata={"parameter": meta})
