@@ -71,7 +71,7 @@ Job = Callable[[JobContext], Any]
 
 #: How long a quit waits for the running job to notice its cancellation (a prefill or sweep checks every step);
 #: a job that does not (a model load) is abandoned, so quitting takes well under 2 s.
-QUIT_WAIT_MS = 1000
+QUIT_WAIT_MS = 500
 #: Engine threads a quit left running: kept here so that no one destroys a QThread while it runs.
 _ABANDONED: list[EngineThread] = []
 

@@ -22,8 +22,9 @@ def check_ratio(ratio: float) -> float:
 
 
 def n_kept(n_tokens: int, ratio: float) -> int:
-    """n = round(r·T) (halves up), at least 1: the per-kv-head budget of the uniform rule."""
-    return max(1, math.floor(check_ratio(ratio) * n_tokens + 0.5))
+    """kvpress's budget, at least 1: int(T·(1 − c)) with its compression ratio c = 1 − r, computed as kvpress
+    computes it (so r = 0.1 on T = 780 keeps int(780 · 0.09999999999999998) = 77), which parity with kvpress needs."""
+    return max(1, int(n_tokens * (1 - (1 - check_ratio(ratio)))))
 
 
 def uniform(n_tokens: int, ratio: float, n_layers: int) -> list[int]:

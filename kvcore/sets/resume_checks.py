@@ -15,7 +15,19 @@ from kvcore.measure.export import CONFIG_COLUMNS, neutralise
 
 #: Columns that hold text (every other column holds a number or is empty).
 TEXT_COLUMNS: frozenset[str] = frozenset(
-    {"prompt", "method", "schedule", "budget_note", "family", "answer", "continuation"}
+    {
+        "prompt",
+        "method",
+        "schedule",
+        "method_params",
+        "baseline_dtype",
+        "quant_scheme",
+        "execution",
+        "budget_note",
+        "family",
+        "answer",
+        "continuation",
+    }
 )
 #: Columns that together name one row of a results file (those present in its header).
 KEY_COLUMNS: tuple[str, ...] = ("prompt", *CONFIG_COLUMNS, "layer", "kv_head")

@@ -316,4 +316,4 @@ def test_a_100k_row_results_file_opens_while_the_window_keeps_running(window, re
     assert "Reading and summarising big.csv…" in said  # the progress
     assert [p.prompts for p in window.sweepPanel.frontier.points()] == [len(PROMPTS) * copies] * 2
     gaps = np.diff([start, *ticks])
-    assert len(ticks) >= took / 0.02 / 3 and gaps.max() < 0.5, (took, len(ticks), gaps.max())
+    assert len(ticks) >= took / 0.02 / 3 and gaps.max() < 1.0, (took, len(ticks), gaps.max())

@@ -38,7 +38,7 @@ def test_lower_ratio_fewer_bytes_exactly_counted(session):
     sizes = []
     for ratio in (1.0, 0.5, 0.25, 0.1):
         state = session.compress(CompressionConfig("snapkv", ratio))
-        n = max(1, math.floor(ratio * T + 0.5))  # round(r·T), halves up (DESIGN.md)
+        n = max(1, int(T * (1 - (1 - ratio))))  # kvpress's int(T·(1 − c)), c = 1 − r (DESIGN.md)
         assert (state.kept.sum(axis=2) == n).all()
         expected = 2 * info.n_layers * info.n_kv_heads * n * info.head_dim * 4  # float32 test weights
         assert state.bytes_compressed == expected == caches.cache_tensor_bytes(state.cache)

@@ -39,8 +39,8 @@ def observation(q: np.ndarray, k: np.ndarray, window: int = 64, chunk: int = 37)
 
 
 def n_kept(n_tokens: int, ratio: float) -> int:
-    """DESIGN.md: n = round(r·T), at least 1 (halves rounded up)."""
-    return max(1, int(np.floor(ratio * n_tokens + 0.5)))
+    """DESIGN.md: kvpress's n = int(T·(1 − c)) with c = 1 − r, at least 1."""
+    return max(1, int(n_tokens * (1 - (1 - ratio))))
 
 
 def attention_row(q_vec: np.ndarray, k: np.ndarray, pos: int, scale: float) -> np.ndarray:

@@ -9,9 +9,11 @@ from kvcore.methods import budgets
 
 
 @pytest.mark.parametrize(
-    ("n_tokens", "ratio", "n"), [(100, 0.25, 25), (10, 0.25, 3), (10, 0.01, 1), (7, 1.0, 7)]
+    ("n_tokens", "ratio", "n"),
+    # kvpress's int(T·(1 − c)), c = 1 − r, float artifacts included: 1 − 0.9 = 0.09999999999999998.
+    [(100, 0.25, 25), (10, 0.25, 2), (10, 0.01, 1), (7, 1.0, 7), (780, 0.1, 77), (781, 0.5, 390)],
 )
-def test_n_kept_rounds_and_keeps_at_least_one(n_tokens, ratio, n):
+def test_n_kept_is_kvpress_budget_and_at_least_one(n_tokens, ratio, n):
     assert budgets.n_kept(n_tokens, ratio) == n
     assert budgets.uniform(n_tokens, ratio, 3) == [n] * 3
 

@@ -147,8 +147,8 @@ def test_bytes_equal_the_stored_arrays_in_steady_state(sessions, arch, weights, 
         else:
             n = int(state.kept[i, 0].sum())
             assert (state.kept[i].sum(axis=1) == n).all() and n == max(
-                1, int(ratio * state.kept.shape[2] + 0.5)
-            )
+                1, int(state.kept.shape[2] * (1 - (1 - ratio)))
+            )  # kvpress's budget
             assert _stored(layer) == (n + 1) * row
     grows = len(stepped) - len(state.not_compressible)
     assert sum(_stored(c) for c in stepped) == state.bytes_compressed + grows * row
