@@ -1,6 +1,5 @@
 """Session: prefill once, compress many times without a forward pass, regenerate against the dense baseline."""
 
-import math
 import threading
 
 import numpy as np
