@@ -43,31 +43,32 @@ def pyramidkv(
 ) -> PyramidBudget:
     """PyramidKV's per-layer budgets as the authors' code (KVCache-Factory) and kvpress compute them.
 
-    With C - w = r·T (unrounded, as kvpress): min = (C - w)/beta, max = 2(C - w) - min; when max reaches T - w
+    With C - w = r·T (unrounded, in kvpress's floating-point steps): min = (C - w)/beta, max = 2(C - w) - min; when max reaches T - w
     the pyramid is capped (max = T - w, min = 2(C - w) - max) so the lowest layer never needs more than the
     prompt outside the window. Layer l keeps round(max - l·(max - min)/(L - 1)); the budgets average r·T, so the
     model-wide total matches the uniform rule. Without the cap the rule is infeasible at every r >= ~0.5 and
     pyramidkv silently becomes snapkv. Infeasible (-> uniform n, with the reason) only when
-    T >= max >= min >= w fails, or there is a single layer.
+    T >= max >= min >= w fails (then snapkv's round(r·T), as kvpress), or there is a single layer.
     """
     if window < 1:
         raise ValueError(f"window must be an integer >= 1, got {window!r}")
-    n = n_kept(n_tokens, ratio)
+    # kvpress falls back to snapkv's budget rounded half to even (Python's round), not floored as n_kept is.
+    n = max(1, round(n_tokens * (1 - (1 - check_ratio(ratio)))))
     if n_layers < 2:
         return PyramidBudget([n] * n_layers, "a single layer has no pyramid")
-    w = min(window, n_tokens)
-    budget = check_ratio(ratio) * n_tokens  # C - w
+    capacity = window + n_tokens * (1 - (1 - ratio))  # C, in kvpress's floating-point steps
+    budget = capacity - window  # C - w
     low = budget / beta
     high = 2 * budget - low
-    capped = high >= n_tokens - w
+    capped = high >= n_tokens - window
     if capped:
-        high = n_tokens - w
+        high = n_tokens - window
         low = 2 * budget - high
-    if not n_tokens >= high >= low >= w:
-        cap = f" (capped at T - window = {n_tokens - w})" if capped else ""
+    if not n_tokens >= high >= low >= window:
+        cap = f" (capped at T - window = {n_tokens - window})" if capped else ""
         why = (
             f"pyramid needs T >= max >= min >= window: T={n_tokens}, max={high:g}{cap}, min={low:g}, "
-            f"window={w}; every layer keeps the uniform {n}"
+            f"window={window}; every layer keeps the uniform {n}"
         )
         return PyramidBudget([n] * n_layers, why)
     step = (high - low) / (n_layers - 1)
