@@ -18,6 +18,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
 
+from app.widgets.axes import ScientificAxis
 from app.widgets.config_text import config_label
 from app.widgets.plot_export import export_graphics
 from kvcore.defaults import UNQUANTIZED_BITS
@@ -108,10 +109,15 @@ class FrontierPlot(QWidget):
         self.xCombo.addItem("bytes", X_BYTES)
         self.exportImageButton = QPushButton("Export image…", objectName="frontierExportImageButton")
         self.exportImageButton.setToolTip("Save the frontier plot as PNG or SVG")
-        self.view = pg.PlotWidget(objectName="frontierPlot", background="w")
+        self.view = pg.PlotWidget(
+            objectName="frontierPlot", background="w", axisItems={"left": ScientificAxis("left")}
+        )
         self.plot: pg.PlotItem = self.view.getPlotItem()
         self.plot.showGrid(x=True, y=True, alpha=0.25)
-        self.legend = self.plot.addLegend(offset=(-10, 10), brush=pg.mkBrush(255, 255, 255, 210))
+        # The legend sits in its own column right of the plot, never over the points.
+        self.legend = pg.LegendItem(offset=None, brush=pg.mkBrush(255, 255, 255, 210))
+        self.plot.layout.addItem(self.legend, 2, 3)
+        self.plot.legend = self.legend  # PlotItem.addItem registers named items with it
         self.frontierList = QListWidget(objectName="frontierList")
         self.frontierList.setToolTip(
             "The Pareto frontier: no other point has fewer bytes and a better metric"

@@ -16,12 +16,15 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.widgets.plot_export import export_graphics
+from app.widgets.scrolling import scrolled
 
 RECALLED = (46, 160, 67, 255)
 MISSED = (215, 58, 73, 255)
 PENDING = (200, 200, 200, 255)
 #: At most this many panels per row (fewer panels: a near-square arrangement).
 MAX_COLUMNS = 5
+#: The least space a panel gets (with its title and axes); a smaller view scrolls instead of cutting panels off.
+PANEL_SIZE = (210, 170)
 
 
 class NeedleGridView(QWidget):
@@ -38,7 +41,8 @@ class NeedleGridView(QWidget):
         self.graphics.setBackground("w")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.graphics)
+        self.scrollArea = scrolled(self.graphics)
+        layout.addWidget(self.scrollArea)
         self._titles: list[str] = []
         self._depths: list[float] = []
         self._lengths: list[int] = []
@@ -57,6 +61,8 @@ class NeedleGridView(QWidget):
         self.graphics.clear()
         self._plots, self._images = [], []
         columns = min(MAX_COLUMNS, max(1, math.ceil(math.sqrt(len(titles)))))
+        rows = max(1, math.ceil(len(titles) / columns))
+        self.graphics.setMinimumSize(columns * PANEL_SIZE[0], rows * PANEL_SIZE[1])
         for i, title in enumerate(titles):
             plot = self.graphics.addPlot(row=i // columns, col=i % columns, title=title)
             plot.setMouseEnabled(x=False, y=False)

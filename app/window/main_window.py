@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QByteArray, Qt
-from PySide6.QtGui import QCloseEvent, QIcon, QKeySequence
+from PySide6.QtGui import QCloseEvent, QIcon, QKeySequence, QShowEvent
 from PySide6.QtWidgets import QApplication, QDockWidget, QFileDialog, QMainWindow, QMessageBox, QWidget
 
 from app.controllers.needle_grid import NeedleController
@@ -29,16 +29,18 @@ from app.widgets.comparison import ComparisonView, MetricsPanel
 from app.widgets.controls import DEFAULTS, CompressionControls
 from app.widgets.heatmap import RetentionHeatmap
 from app.widgets.needle_panel import NeedlePanel
+from app.widgets.scrolling import scrolled
 from app.widgets.session_panel import SessionPanel, find_cached_models
 from app.widgets.status_area import StatusArea
 from app.widgets.sweep_panel import SweepPanel
+from app.window import layout
 from app.window.arrow_keys import ArrowKeyGuard
 from app.window.parts import StatsPane, build_menus
 from kvcore.defaults import DEFAULT_CONTINUATION_TOKENS
 from kvcore.model import checks as model_checks
 from kvcore.resources import demo_model_dir, prompts_dir, resources_dir
 
-DEFAULT_SIZE = (1440, 900)
+DEFAULT_SIZE = layout.LAPTOP_SIZE
 #: Jobs long enough that the run buttons wait for them (a recompress does not block Prefill).
 LONG_KINDS = {
     LOAD: "Loading model",
@@ -87,6 +89,7 @@ class MainWindow(QMainWindow):
         self.prefilled = False  # a prefill was asked for and stands (Host.prefilled)
         self._message_box: QMessageBox | None = None
         self._shut_down = False
+        self._clamped_once = False
 
         self.engine = EngineThread(self)
         self.engine.progressed.connect(self._on_progress)
@@ -131,27 +134,16 @@ class MainWindow(QMainWindow):
         self.exportCsvButton = self.statsPane.exportCsvButton
         self.status = StatusArea(self.statusBar())
 
-        self.sessionDock = self._dock("Session", self.sessionPanel, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.controlsDock = self._dock("Compression", self.controls, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.metricsDock = self._dock("Metrics", self.metricsPanel, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.comparisonDock = self._dock(
-            "Continuations", self.comparison, Qt.DockWidgetArea.BottomDockWidgetArea
-        )
-        self.statsDock = self._dock("Statistics", self.statsPane, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.splitDockWidget(self.comparisonDock, self.statsDock, Qt.Orientation.Horizontal)
+        self.sessionDock = self._dock("Session", self.sessionPanel)
+        self.controlsDock = self._dock("Compression", self.controls)
+        self.metricsDock = self._dock("Metrics", self.metricsPanel)
+        self.comparisonDock = self._dock("Continuations", self.comparison)
+        self.statsDock = self._dock("Statistics", self.statsPane)
         self.sweepPanel = SweepPanel()
-        self.sweepDock = self._dock("Sweep", self.sweepPanel, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.tabifyDockWidget(self.statsDock, self.sweepDock)
+        self.sweepDock = self._dock("Sweep", self.sweepPanel)
         self.needlePanel = NeedlePanel()
-        self.needleDock = self._dock("Needle grid", self.needlePanel, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.tabifyDockWidget(self.sweepDock, self.needleDock)
-        self.statsDock.raise_()
-        self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.resizeDocks([self.sessionDock, self.controlsDock], [360, 290], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.comparisonDock], [250], Qt.Orientation.Vertical)
-        self.resizeDocks([self.controlsDock, self.metricsDock], [320, 480], Qt.Orientation.Vertical)
-        self.resizeDocks([self.comparisonDock, self.statsDock], [540, 600], Qt.Orientation.Horizontal)
+        self.needleDock = self._dock("Needle grid", self.needlePanel)
+        layout.arrange_docks(self)
 
         panel = self.sessionPanel
         panel.loadRequested.connect(self.load_model)
@@ -184,14 +176,19 @@ class MainWindow(QMainWindow):
             self.needleDock,
         ]
 
-    def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+    def _dock(self, title: str, widget: QWidget) -> QDockWidget:
+        """A movable, closable dock holding `widget` in a scroll area (layout.arrange_docks places it)."""
         dock = QDockWidget(title, self, objectName=f"{widget.objectName() or title}Dock")
-        dock.setWidget(widget)
+        dock.setWidget(scrolled(widget))
         dock.setFeatures(
             QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetClosable
         )
-        self.addDockWidget(area, dock)
         return dock
+
+    def reset_layout(self) -> None:
+        """View ▸ Reset Layout: every dock back in its default place, the window clamped to its screen."""
+        layout.arrange_docks(self)
+        layout.clamp_to_screen(self)
 
     # -- requests (GUI thread; each becomes a job) -----------------------------------------------------
 
@@ -476,6 +473,7 @@ class MainWindow(QMainWindow):
         s = self.settings
         if s.geometry:
             self.restoreGeometry(QByteArray.fromBase64(s.geometry.encode("ascii")))
+        layout.clamp_to_screen(self)
         if s.last_prompt:
             self.sessionPanel.promptEdit.setPlainText(s.last_prompt)
         self.sessionPanel.chatTemplateCheck.setChecked(s.chat_template)
@@ -527,6 +525,12 @@ class MainWindow(QMainWindow):
         if warning:
             self.status.warn(warning)
         self.engine.shutdown()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt API)
+        super().showEvent(event)
+        if not self._clamped_once:  # the frame's size is known once shown: clamp again with it
+            self._clamped_once = True
+            layout.clamp_to_screen(self)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt API)
         self.shut_down()
