@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from PySide6.QtWidgets import QMainWindow
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDockWidget, QMainWindow
 
 from app.engine.thread import EngineThread
 from app.engine.view_model import CompressionView, LoadedModel
@@ -20,6 +21,23 @@ from app.widgets.session_panel import SessionPanel
 from app.widgets.stats_table import StatsTable
 from app.widgets.status_area import StatusArea
 from kvcore.model.loading import ModelInfo
+
+#: A run dock (Sweep, Needle grid) shown for its results takes at least these shares of the window's height and
+#: width (from the heatmap above it and the continuations beside it).
+RUN_DOCK_SHARE = (0.45, 0.6)
+
+
+def show_run_dock(window: QMainWindow, dock: QDockWidget) -> None:
+    """Show and raise `dock`, taller if needed: its plot is what the user came for (the heatmap gives way)."""
+    dock.show()
+    dock.raise_()
+    if dock.isFloating():
+        return
+    tall, wide = int(window.height() * RUN_DOCK_SHARE[0]), int(window.width() * RUN_DOCK_SHARE[1])
+    if dock.height() < tall:
+        window.resizeDocks([dock], [tall], Qt.Orientation.Vertical)
+    if dock.width() < wide:
+        window.resizeDocks([dock], [wide], Qt.Orientation.Horizontal)
 
 
 class Host(Protocol):

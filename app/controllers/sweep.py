@@ -15,7 +15,7 @@ from pathlib import Path
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QFileDialog
 
-from app.controllers.host import Host
+from app.controllers.host import Host, show_run_dock
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
 from app.engine import jobs
 from app.engine.thread import JobFailure, JobResult
@@ -73,9 +73,7 @@ class SweepController:
         self.show_dock()
 
     def show_dock(self) -> None:
-        dock = self.dock
-        dock.show()
-        dock.raise_()
+        show_run_dock(self.host.widget, self.dock)
         self.panel.methodsList.setFocus()
 
     # -- run / cancel ---------------------------------------------------------------------------------
@@ -199,11 +197,11 @@ class SweepController:
         w.status.show(f"Exported {len(self.points())} sweep points ({len(rows)} rows) to {path}")
         return True
 
-    def export_image(self, path: str | Path) -> bool:
+    def export_image(self, path: str | Path, width: int | None = None) -> bool:
         if not self.plot.has_data():
             self.host.error("Nothing to export", "Run a sweep first: the frontier plot is empty.")
             return False
-        return export_plot(self.host, self.plot, path, "frontier plot", empty=False)
+        return export_plot(self.host, self.plot, path, "frontier plot", empty=False, width=width)
 
     def export_csv_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(
@@ -213,6 +211,6 @@ class SweepController:
             self.export_csv(path)
 
     def export_image_dialog(self) -> None:
-        path = ask_image_path(self.host.widget, "frontier plot", "kvlens_frontier")
-        if path:
-            self.export_image(path)
+        chosen = ask_image_path(self.host.widget, "frontier plot", "kvlens_frontier")
+        if chosen:
+            self.export_image(*chosen)

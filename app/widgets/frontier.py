@@ -16,7 +16,16 @@ from collections.abc import Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.widgets.axes import ScientificAxis
 from app.widgets.config_text import config_label
@@ -115,8 +124,10 @@ class FrontierPlot(QWidget):
         self.plot: pg.PlotItem = self.view.getPlotItem()
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         # The legend sits in its own column right of the plot, never over the points.
-        self.legend = pg.LegendItem(offset=None, brush=pg.mkBrush(255, 255, 255, 210))
+        self.legend = pg.LegendItem(offset=None, labelTextSize="10pt", brush=pg.mkBrush(255, 255, 255, 210))
+        self.legend.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         self.plot.layout.addItem(self.legend, 2, 3)
+        self.plot.layout.setAlignment(self.legend, Qt.AlignmentFlag.AlignTop)
         self.plot.legend = self.legend  # PlotItem.addItem registers named items with it
         self.frontierList = QListWidget(objectName="frontierList")
         self.frontierList.setToolTip(
@@ -218,8 +229,8 @@ class FrontierPlot(QWidget):
     def has_data(self) -> bool:
         return bool(self._points)
 
-    def export_image(self, path: str | os.PathLike[str]) -> None:
-        export_graphics(self.plot, path)
+    def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
+        export_graphics(self.plot, path, width)
 
     # -- hit testing ----------------------------------------------------------------------------------
 

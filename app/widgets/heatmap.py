@@ -443,9 +443,9 @@ class RetentionHeatmap(QWidget):
         """The labels drawn on the displayed not-compressible layers."""
         return [item.textItem.toPlainText() for item in self._fixed_items]
 
-    def export_image(self, path: str | os.PathLike[str]) -> None:
+    def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
         """Write the heatmap with its axes and colour bar to PNG or SVG (by suffix), atomically."""
-        export_graphics(self.graphics.ci, path)
+        export_graphics(self.graphics.ci, path, width)
 
     def _diff_info(self, row: int, position: int) -> str:
         """The cell's class and the row's class counts over the positions either could evict."""

@@ -90,7 +90,7 @@ class RunPanel(QWidget):
         for label, widget in rows:
             form.addRow(label, widget)
             if isinstance(widget, QLineEdit):  # the whole default list readable, from its start
-                widget.setMinimumWidth(min(260, widget.fontMetrics().horizontalAdvance(widget.text()) + 24))
+                widget.setMinimumWidth(min(200, widget.fontMetrics().horizontalAdvance(widget.text()) + 24))
                 widget.setCursorPosition(0)
         left = QWidget()
         column = QVBoxLayout(left)
@@ -102,7 +102,10 @@ class RunPanel(QWidget):
         column.addStretch(1)
         column.addLayout(_row(*extra_footer, self.exportCsvButton))
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(scrolled(left))
+        inputs = scrolled(left)  # scrolls down, never sideways: as wide as its widest row
+        inputs.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        inputs.setMinimumWidth(left.minimumSizeHint().width() + inputs.verticalScrollBar().sizeHint().width())
+        splitter.addWidget(inputs)
         splitter.addWidget(view)
         splitter.setCollapsible(1, False)
         splitter.setStretchFactor(1, 3)

@@ -92,8 +92,8 @@ class NeedleGridView(QWidget):
     def has_data(self) -> bool:
         return bool((self._state >= 0).any())
 
-    def export_image(self, path: str | os.PathLike[str]) -> None:
-        export_graphics(self.graphics.ci, path)
+    def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
+        export_graphics(self.graphics.ci, path, width)
 
     def cell_scene_position(self, panel: int, length_index: int, depth_index: int) -> QPointF:
         return self._plots[panel].vb.mapViewToScene(QPointF(length_index + 0.5, depth_index + 0.5))

@@ -248,6 +248,7 @@ class SessionPanel(QWidget):
         combo.addItem(OPEN_FOLDER, None)
         combo.setItemData(combo.count() - 1, "open", _KIND_ROLE)
         combo.setCurrentIndex(0)
+        combo.lineEdit().setCursorPosition(0)  # a long name shows its start
 
     def model_entries(self) -> list[tuple[str, str | None, str]]:
         """(text, value, kind) for every entry, in order."""

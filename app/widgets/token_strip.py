@@ -207,13 +207,13 @@ class TokenStrip(QWidget):
             for k in range(len(s.dense_top_texts[index]))
         ]  # fmt: skip
 
-    def export_image(self, path: str | os.PathLike[str]) -> None:
+    def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
         """Write both rows with their axes to PNG or SVG (by suffix), atomically; the hover band is left out."""
         shown = [region.isVisible() for region in self.hoverRegions]
         for region in self.hoverRegions:
             region.setVisible(False)
         try:
-            export_graphics(self.graphics.ci, path)
+            export_graphics(self.graphics.ci, path, width)
         finally:
             for region, visible in zip(self.hoverRegions, shown, strict=True):
                 region.setVisible(visible)

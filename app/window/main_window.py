@@ -89,7 +89,7 @@ class MainWindow(QMainWindow):
         self.prefilled = False  # a prefill was asked for and stands (Host.prefilled)
         self._message_box: QMessageBox | None = None
         self._shut_down = False
-        self._clamped_once = False
+        self._restored_size = None  # the size settings gave, until the first show
 
         self.engine = EngineThread(self)
         self.engine.progressed.connect(self._on_progress)
@@ -140,9 +140,9 @@ class MainWindow(QMainWindow):
         self.comparisonDock = self._dock("Continuations", self.comparison)
         self.statsDock = self._dock("Statistics", self.statsPane)
         self.sweepPanel = SweepPanel()
-        self.sweepDock = self._dock("Sweep", self.sweepPanel)
+        self.sweepDock = self._dock("Sweep", self.sweepPanel, scroll=False)
         self.needlePanel = NeedlePanel()
-        self.needleDock = self._dock("Needle grid", self.needlePanel)
+        self.needleDock = self._dock("Needle grid", self.needlePanel, scroll=False)
         layout.arrange_docks(self)
 
         panel = self.sessionPanel
@@ -153,6 +153,7 @@ class MainWindow(QMainWindow):
         panel.cancelRequested.connect(self.cancel)
         panel.tokenHovered.connect(self._on_token_hovered)
         self.controls.configChanged.connect(self.request_compression)
+        self.controls.methodCombo.currentIndexChanged.connect(self._on_method_changed)
         self.controls.autoRegenerateCheck.toggled.connect(self.request_compression)
         self.heatmap.hoverInfo.connect(self.status.show_hover)
         self.exportCsvButton.clicked.connect(self.export_csv_dialog)
@@ -176,10 +177,11 @@ class MainWindow(QMainWindow):
             self.needleDock,
         ]
 
-    def _dock(self, title: str, widget: QWidget) -> QDockWidget:
-        """A movable, closable dock holding `widget` in a scroll area (layout.arrange_docks places it)."""
+    def _dock(self, title: str, widget: QWidget, scroll: bool = True) -> QDockWidget:
+        """A movable, closable dock holding `widget`, in a scroll area unless it scrolls its own parts (the run
+        panels: their form and their grid scroll, their plot shrinks); layout.arrange_docks places it."""
         dock = QDockWidget(title, self, objectName=f"{widget.objectName() or title}Dock")
-        dock.setWidget(scrolled(widget))
+        dock.setWidget(scrolled(widget) if scroll else widget)
         dock.setFeatures(
             QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetClosable
         )
@@ -276,14 +278,15 @@ class MainWindow(QMainWindow):
         self.status.show(f"Exported {len(rows)} rows to {path}")
         return True
 
-    def export_image(self, path: str | Path) -> bool:
-        """Write the heatmap as PNG or SVG (by suffix)."""
-        return export_plot(self, self.heatmap, path, "heatmap", empty=self.heatmap.image_rgba().size == 0)
+    def export_image(self, path: str | Path, width: int | None = None) -> bool:
+        """Write the heatmap as PNG (`width` pixels wide) or SVG, by suffix."""
+        empty = self.heatmap.image_rgba().size == 0
+        return export_plot(self, self.heatmap, path, "heatmap", empty=empty, width=width)
 
-    def export_strip_image(self, path: str | Path) -> bool:
-        """Write the per-token strip as PNG or SVG (by suffix)."""
+    def export_strip_image(self, path: str | Path, width: int | None = None) -> bool:
+        """Write the per-token strip as PNG (`width` pixels wide) or SVG, by suffix."""
         strip = self.comparison.strip
-        return export_plot(self, strip, path, "per-token strip", empty=not strip.has_data())
+        return export_plot(self, strip, path, "per-token strip", empty=not strip.has_data(), width=width)
 
     def export_csv_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export statistics", "kvlens_stats.csv", "CSV (*.csv)")
@@ -291,14 +294,14 @@ class MainWindow(QMainWindow):
             self.export_csv(path)
 
     def export_image_dialog(self) -> None:
-        path = ask_image_path(self, "heatmap", "kvlens_heatmap")
-        if path:
-            self.export_image(path)
+        chosen = ask_image_path(self, "heatmap", "kvlens_heatmap")
+        if chosen:
+            self.export_image(*chosen)
 
     def export_strip_dialog(self) -> None:
-        path = ask_image_path(self, "per-token strip", "kvlens_per_token")
-        if path:
-            self.export_strip_image(path)
+        chosen = ask_image_path(self, "per-token strip", "kvlens_per_token")
+        if chosen:
+            self.export_strip_image(*chosen)
 
     def open_model_dialog(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Open a model folder")
@@ -330,7 +333,10 @@ class MainWindow(QMainWindow):
             return
         self.sessionPanel.set_generated(seq.tokens, seq.prompt_len)
         cleared = self.sweeping.clear("it was measured on a shorter continuation")
-        if cleared:
+        if seq.cut_short:  # the cancel dropped the recompress queued behind it: ask again for what was kept
+            self.status.show(f"Generate cancelled; the tokens generated so far are kept. {cleared}".strip())
+            self.request_compression()
+        elif cleared:
             self.status.show(cleared)
 
     def _on_compressed(self, result: JobResult) -> None:
@@ -446,6 +452,13 @@ class MainWindow(QMainWindow):
             ("Recompressing…" if kind == COMPRESS else LONG_KINDS.get(kind, kind) + "…") if busy else ""
         )
 
+    def _on_method_changed(self, *_: object) -> None:
+        """Another method's budget rule: the last one's fallback note no longer applies."""
+        note = self.controls.budgetNoteLabel.text().removeprefix("⚠ ")
+        self.controls.set_budget_note(None)
+        if note:
+            self.status.retract(note)
+
     def _on_token_hovered(self, position: int) -> None:
         self.heatmap.highlight_position(position if position >= 0 else None)
 
@@ -474,6 +487,7 @@ class MainWindow(QMainWindow):
         if s.geometry:
             self.restoreGeometry(QByteArray.fromBase64(s.geometry.encode("ascii")))
         layout.clamp_to_screen(self)
+        self._restored_size = self.size()
         if s.last_prompt:
             self.sessionPanel.promptEdit.setPlainText(s.last_prompt)
         self.sessionPanel.chatTemplateCheck.setChecked(s.chat_template)
@@ -528,9 +542,11 @@ class MainWindow(QMainWindow):
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt API)
         super().showEvent(event)
-        if not self._clamped_once:  # the frame's size is known once shown: clamp again with it
-            self._clamped_once = True
+        # The frame's size is known once shown: clamp the restored (or default) geometry again with it, unless
+        # the caller has sized the window since.
+        if self._restored_size is not None and self.size() == self._restored_size:
             layout.clamp_to_screen(self)
+        self._restored_size = None
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt API)
         self.shut_down()

@@ -78,7 +78,7 @@ class StatsPane(QWidget):
         self.exportCsvButton = QPushButton("Export CSV…", objectName="exportCsvButton")
         keys = QKeySequence("Ctrl+E").toString(QKeySequence.SequenceFormat.NativeText)
         self.exportCsvButton.setToolTip(f"Save the table as CSV ({keys})")
-        self.exportImageButton = QPushButton("Export image…", objectName="exportImageButton")
+        self.exportImageButton = QPushButton("Export heatmap image…", objectName="exportImageButton")
         self.exportImageButton.setToolTip("Save the heatmap as PNG or SVG")
         buttons = QHBoxLayout()
         buttons.addStretch(1)
