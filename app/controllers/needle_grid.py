@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QFileDialog
+from PySide6.QtWidgets import QDockWidget
 
+from app.controllers.file_dialogs import PROBES, save_path
 from app.controllers.host import Host, show_run_dock
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
 from app.engine import jobs
@@ -158,13 +159,18 @@ class NeedleController:
         return export_plot(self.host, self.view, path, "needle grid", empty=False, width=width)
 
     def export_csv_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(
-            self.host.widget, "Export needle grid", "kvlens_probe.csv", "CSV (*.csv)"
+        path, _ = save_path(
+            self.host.widget,
+            self.host.settings,
+            PROBES,
+            "Export needle grid",
+            "kvlens_probe.csv",
+            "CSV (*.csv)",
         )
         if path:
             self.export_csv(path)
 
     def export_image_dialog(self) -> None:
-        chosen = ask_image_path(self.host.widget, "needle grid", "kvlens_needle_grid")
+        chosen = ask_image_path(self.host.widget, "needle grid", "kvlens_needle_grid", self.host.settings)
         if chosen:
             self.export_image(*chosen)

@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QWidget
+from PySide6.QtWidgets import QInputDialog, QWidget
 
+from app.controllers.file_dialogs import IMAGES, save_path
 from app.controllers.host import Host
+from app.settings import Settings
 from app.widgets.plot_export import DEFAULT_EXPORT_WIDTH, IMAGE_FILTER, with_image_suffix
 from kvcore.measure import export
 
@@ -38,10 +40,12 @@ def export_plot(
     return True
 
 
-def ask_image_path(parent: QWidget, what: str, default_stem: str) -> tuple[str, int | None] | None:
-    """A save dialog for PNG or SVG (the chosen filter's suffix added when the name has none), then, for a PNG,
-    its width in pixels; None when the user cancels either."""
-    path, chosen = QFileDialog.getSaveFileName(parent, f"Export {what}", f"{default_stem}.png", IMAGE_FILTER)
+def ask_image_path(
+    parent: QWidget, what: str, default_stem: str, settings: Settings
+) -> tuple[str, int | None] | None:
+    """A save dialog for PNG or SVG in the last image folder (the chosen filter's suffix added when the name has
+    none), then, for a PNG, its width in pixels; None when the user cancels either."""
+    path, chosen = save_path(parent, settings, IMAGES, f"Export {what}", f"{default_stem}.png", IMAGE_FILTER)
     if not path:
         return None
     path = with_image_suffix(path, chosen)

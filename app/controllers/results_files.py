@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import QFileDialog
-
+from app.controllers.file_dialogs import RESULTS, open_path
 from app.controllers.host import Host
 from app.controllers.sweep import SweepController
 from kvcore.sets.results_file import read_results
@@ -27,7 +26,7 @@ class ResultsFiles:
         self.last_opened: str | None = None
 
     def open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.host.widget, "Open prompt-set results", "", FILTER)
+        path = open_path(self.host.widget, self.host.settings, RESULTS, "Open prompt-set results", FILTER)
         if path:
             self.open(path)
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QFileDialog
+from PySide6.QtWidgets import QDockWidget
 
+from app.controllers.file_dialogs import SWEEPS, save_path
 from app.controllers.host import Host, show_run_dock
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
 from app.engine import jobs
@@ -204,13 +205,13 @@ class SweepController:
         return export_plot(self.host, self.plot, path, "frontier plot", empty=False, width=width)
 
     def export_csv_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(
-            self.host.widget, "Export sweep", "kvlens_sweep.csv", "CSV (*.csv)"
+        path, _ = save_path(
+            self.host.widget, self.host.settings, SWEEPS, "Export sweep", "kvlens_sweep.csv", "CSV (*.csv)"
         )
         if path:
             self.export_csv(path)
 
     def export_image_dialog(self) -> None:
-        chosen = ask_image_path(self.host.widget, "frontier plot", "kvlens_frontier")
+        chosen = ask_image_path(self.host.widget, "frontier plot", "kvlens_frontier", self.host.settings)
         if chosen:
             self.export_image(*chosen)

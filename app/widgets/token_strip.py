@@ -76,7 +76,7 @@ class TokenStrip(QWidget):
     def _build_ui(self) -> None:
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setObjectName("tokenStripGraphics")
-        self.graphics.setMinimumHeight(130)
+        self.graphics.setMinimumHeight(100)
         self.graphics.ci.setSpacing(0)
         self._axis = TokenAxis()
         self.klPlot = self.graphics.addPlot(row=0, col=0, axisItems={"left": ScientificAxis("left")})

@@ -12,8 +12,9 @@ from typing import Any
 
 from PySide6.QtCore import QByteArray, Qt
 from PySide6.QtGui import QCloseEvent, QIcon, QKeySequence, QShowEvent
-from PySide6.QtWidgets import QApplication, QDockWidget, QFileDialog, QMainWindow, QMessageBox, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMessageBox, QWidget
 
+from app.controllers import file_dialogs
 from app.controllers.needle_grid import NeedleController
 from app.controllers.pinning import PinController
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
@@ -289,22 +290,24 @@ class MainWindow(QMainWindow):
         return export_plot(self, strip, path, "per-token strip", empty=not strip.has_data(), width=width)
 
     def export_csv_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export statistics", "kvlens_stats.csv", "CSV (*.csv)")
+        path, _ = file_dialogs.save_path(
+            self, self.settings, file_dialogs.STATS, "Export statistics", "kvlens_stats.csv", "CSV (*.csv)"
+        )
         if path:
             self.export_csv(path)
 
     def export_image_dialog(self) -> None:
-        chosen = ask_image_path(self, "heatmap", "kvlens_heatmap")
+        chosen = ask_image_path(self, "heatmap", "kvlens_heatmap", self.settings)
         if chosen:
             self.export_image(*chosen)
 
     def export_strip_dialog(self) -> None:
-        chosen = ask_image_path(self, "per-token strip", "kvlens_per_token")
+        chosen = ask_image_path(self, "per-token strip", "kvlens_per_token", self.settings)
         if chosen:
             self.export_strip_image(*chosen)
 
     def open_model_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open a model folder")
+        folder = file_dialogs.open_folder(self, self.settings, file_dialogs.MODELS, "Open a model folder")
         if folder:
             self.load_model(folder)
 
