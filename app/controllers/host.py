@@ -22,9 +22,9 @@ from app.widgets.stats_table import StatsTable
 from app.widgets.status_area import StatusArea
 from kvcore.model.loading import ModelInfo
 
-#: A run dock (Sweep, Needle grid) shown for its results takes at least these shares of the window's height and
-#: width (from the heatmap above it and the continuations beside it).
-RUN_DOCK_SHARE = (0.45, 0.6)
+#: A run dock (Sweep, Needle grid) shown for its results takes at least this share of the window's height (from
+#: the heatmap above it).
+RUN_DOCK_SHARE = 0.45
 
 
 def show_run_dock(window: QMainWindow, dock: QDockWidget) -> None:
@@ -33,11 +33,9 @@ def show_run_dock(window: QMainWindow, dock: QDockWidget) -> None:
     dock.raise_()
     if dock.isFloating():
         return
-    tall, wide = int(window.height() * RUN_DOCK_SHARE[0]), int(window.width() * RUN_DOCK_SHARE[1])
+    tall = int(window.height() * RUN_DOCK_SHARE)
     if dock.height() < tall:
         window.resizeDocks([dock], [tall], Qt.Orientation.Vertical)
-    if dock.width() < wide:
-        window.resizeDocks([dock], [wide], Qt.Orientation.Horizontal)
 
 
 class Host(Protocol):

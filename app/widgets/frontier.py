@@ -58,6 +58,14 @@ PALETTE = (
 )
 FRONTIER_PEN = pg.mkPen((20, 20, 20), width=2, style=Qt.PenStyle.DashLine)
 ERROR_BAR_PEN = pg.mkPen((60, 60, 60), width=1.2)
+#: On screen the y axis says the metric in short (the combo above names it in full); an export says it in full.
+_SHORT_LABELS = {
+    "kl_mean": "KL, mean per token",
+    "agreement": "top-1 agreement",
+    "nll_delta": "NLL Δ (nats/token)",
+    "first_divergence": "first divergence",
+    "needle_recall": "needle recall",
+}
 _RESULT_NAMES = {"kl_mean": "KL", "agreement": "agreement", "nll_delta": "NLL Δ", "needle_recall": "recall"}
 
 
@@ -116,6 +124,9 @@ class FrontierPlot(QWidget):
         self.xCombo = QComboBox(objectName="frontierXCombo")
         self.xCombo.addItem("bytes, % of dense", X_PERCENT)
         self.xCombo.addItem("bytes", X_BYTES)
+        for combo in (self.metricCombo, self.xCombo):  # long metric names shrink with the dock, not widen it
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(8)
         self.exportImageButton = QPushButton("Export image…", objectName="frontierExportImageButton")
         self.exportImageButton.setToolTip("Save the frontier plot as PNG or SVG")
         self.view = pg.PlotWidget(
@@ -140,12 +151,14 @@ class FrontierPlot(QWidget):
         top.addWidget(self.metricCombo, 1)
         top.addWidget(QLabel("x"))
         top.addWidget(self.xCombo)
-        top.addWidget(self.exportImageButton)
+        under = QHBoxLayout()  # the export button below the plot keeps the top row narrow
+        under.addWidget(self.frontierLabel, 1)
+        under.addWidget(self.exportImageButton)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
         layout.addWidget(self.view, 3)
-        layout.addWidget(self.frontierLabel)
+        layout.addLayout(under)
         layout.addWidget(self.frontierList, 1)
 
         self._fill_metrics()
@@ -230,7 +243,17 @@ class FrontierPlot(QWidget):
         return bool(self._points)
 
     def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
-        export_graphics(self.plot, path, width)
+        """Write the plot and its legend to PNG (`width` pixels wide) or SVG, the y axis named in full."""
+        self.plot.setLabel("left", self._y_label(short=False))
+        try:
+            export_graphics(self.plot, path, width)
+        finally:
+            self.plot.setLabel("left", self._y_label(short=True))
+
+    def _y_label(self, short: bool) -> str:
+        metric = METRICS[self.metric_key()]
+        name = _SHORT_LABELS.get(metric.key, metric.label) if short else metric.label
+        return name + (" ↑" if metric.higher_is_better else " ↓")
 
     # -- hit testing ----------------------------------------------------------------------------------
 
@@ -317,7 +340,7 @@ class FrontierPlot(QWidget):
                 "compressed KV cache" + ("" if bytes_axis else " (% of dense)"),
                 units="B" if bytes_axis else None,
             )
-            self.plot.setLabel("left", metric.label + (" ↑" if metric.higher_is_better else " ↓"))
+            self.plot.setLabel("left", self._y_label(short=True))
         xs, ys = self.xy()
         plotted_y = np.maximum(ys, LOG_FLOOR) if metric.log else ys
         groups: dict[tuple[str, tuple[int, int]], list[int]] = {}

@@ -102,13 +102,18 @@ class RunPanel(QWidget):
         column.addStretch(1)
         column.addLayout(_row(*extra_footer, self.exportCsvButton))
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        inputs = scrolled(left)  # scrolls down, never sideways: as wide as its widest row
-        inputs.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        inputs.setMinimumWidth(left.minimumSizeHint().width() + inputs.verticalScrollBar().sizeHint().width())
+        inputs = scrolled(
+            left
+        )  # the inputs scroll; the result view takes what the window gives or takes away
+        inputs.setMinimumWidth(min(180, left.minimumSizeHint().width()))
         splitter.addWidget(inputs)
         splitter.addWidget(view)
+        splitter.setCollapsible(0, False)
         splitter.setCollapsible(1, False)
-        splitter.setStretchFactor(1, 3)
+        splitter.setStretchFactor(0, 0)
+        splitter.setStretchFactor(1, 1)
+        whole = left.minimumSizeHint().width() + inputs.verticalScrollBar().sizeHint().width()
+        splitter.setSizes([whole, 3 * whole])  # the inputs whole while there is room
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(splitter)

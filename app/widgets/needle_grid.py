@@ -21,7 +21,7 @@ from app.widgets.scrolling import scrolled
 RECALLED = (46, 160, 67, 255)
 MISSED = (215, 58, 73, 255)
 PENDING = (200, 200, 200, 255)
-#: At most this many panels per row (fewer panels: a near-square arrangement).
+#: At most this many panels per row; within that, as many as the view's width holds (the rest wrap below).
 MAX_COLUMNS = 5
 #: The least space a panel gets (with its title and axes); a smaller view scrolls instead of cutting panels off.
 PANEL_SIZE = (210, 170)
@@ -51,6 +51,7 @@ class NeedleGridView(QWidget):
         )  # [panel, length, depth]: -1 pending, 0 missed, 1 hit
         self._plots: list[pg.PlotItem] = []
         self._images: list[pg.ImageItem] = []
+        self._columns = 0
         self.graphics.scene().sigMouseClicked.connect(self._on_click)
         self.graphics.scene().sigMouseMoved.connect(self._on_move)
 
@@ -60,11 +61,9 @@ class NeedleGridView(QWidget):
         self._state = np.full((len(titles), len(lengths), len(depths)), -1, dtype=np.int8)
         self.graphics.clear()
         self._plots, self._images = [], []
-        columns = min(MAX_COLUMNS, max(1, math.ceil(math.sqrt(len(titles)))))
-        rows = max(1, math.ceil(len(titles) / columns))
-        self.graphics.setMinimumSize(columns * PANEL_SIZE[0], rows * PANEL_SIZE[1])
+        self._columns = self._fitting_columns()
         for i, title in enumerate(titles):
-            plot = self.graphics.addPlot(row=i // columns, col=i % columns, title=title)
+            plot = self.graphics.addPlot(row=i // self._columns, col=i % self._columns, title=title)
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
             plot.invertY(True)
@@ -78,6 +77,34 @@ class NeedleGridView(QWidget):
             self._plots.append(plot)
             self._images.append(image)
             self._paint(i)
+        self._set_minimum_size()
+
+    def columns(self) -> int:
+        """Panels per row now."""
+        return self._columns
+
+    def resizeEvent(self, event) -> None:  # noqa: ANN001, N802 (Qt API)
+        super().resizeEvent(event)
+        columns = self._fitting_columns()
+        if self._plots and columns != self._columns:
+            self._columns = columns
+            for plot in self._plots:
+                self.graphics.ci.removeItem(plot)
+            for i, plot in enumerate(self._plots):
+                self.graphics.ci.addItem(plot, row=i // columns, col=i % columns)
+            self._set_minimum_size()
+
+    def _fitting_columns(self) -> int:
+        """As many panels per row as the width holds (at least one, at most MAX_COLUMNS and the panel count)."""
+        n = max(1, len(self._titles))
+        room = self.scrollArea.width() - self.scrollArea.verticalScrollBar().sizeHint().width()  # bar or not
+        fit = room // PANEL_SIZE[0]
+        return max(1, min(MAX_COLUMNS, n, fit))
+
+    def _set_minimum_size(self) -> None:
+        """Room for every panel at a readable size: the view scrolls down to the rows that do not fit."""
+        rows = max(1, math.ceil(len(self._plots) / max(1, self._columns)))
+        self.graphics.setMinimumSize(self._columns * PANEL_SIZE[0], rows * PANEL_SIZE[1])
 
     def set_cell(self, length_index: int, depth_index: int, recalled: Sequence[bool]) -> None:
         """One probe's result for every panel (recalled[i] for panel i)."""

@@ -205,9 +205,7 @@ class SessionPanel(QWidget):
         layout.addLayout(chat_row)
         layout.addLayout(run_row)
         layout.addLayout(busy_row)
-        tokens_title = QLabel("Tokens (hover to mark the position in the heatmap)")
-        tokens_title.setWordWrap(True)
-        layout.addWidget(tokens_title)
+        layout.addWidget(QLabel("Tokens (hover to mark in the heatmap)"))
         layout.addWidget(self.generatedView, 2)
 
         self.modelCombo.activated.connect(self._on_model_activated)

@@ -1,7 +1,9 @@
 """Where the docks sit and how small the window may get: it must fit a 13-inch laptop (1280×800) in every state.
 
-The heatmap is the subject: it keeps the centre and the space the docks give up. Every dock's content sits in a
-scroll area, so a dock can shrink below what its widgets would like and scrolls instead of widening the window.
+The heatmap is the subject: it keeps the centre and the space the docks give up. Session on the left and
+Compression over Metrics on the right are always in view; the four wide views below (Continuations, Statistics,
+Sweep, Needle grid) share one tabbed row the width of the heatmap and the Session panel, so each gets all of it.
+Every dock's content scrolls rather than widening the window.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ class DockedWindow(Protocol):
 
 
 def arrange_docks(owner: DockedWindow) -> None:
-    """The default layout: Session left, Compression over Metrics right (full height), Continuations beside the
-    tabbed Statistics / Sweep / Needle grid below; every dock shown and docked. Also View ▸ Reset Layout."""
+    """The default layout: Session left, Compression over Metrics right (full height), Continuations, Statistics,
+    Sweep and Needle grid tabbed below (Continuations in front); every dock shown and docked. Also View ▸ Reset
+    Layout."""
     window = owner.widget
     left, right, bottom = (
         Qt.DockWidgetArea.LeftDockWidgetArea,
@@ -58,16 +61,21 @@ def arrange_docks(owner: DockedWindow) -> None:
         window.addDockWidget(area, dock)
         dock.show()
     window.splitDockWidget(owner.controlsDock, owner.metricsDock, Qt.Orientation.Vertical)
-    window.splitDockWidget(owner.comparisonDock, owner.statsDock, Qt.Orientation.Horizontal)
+    window.tabifyDockWidget(owner.comparisonDock, owner.statsDock)
     window.tabifyDockWidget(owner.statsDock, owner.sweepDock)
     window.tabifyDockWidget(owner.sweepDock, owner.needleDock)
-    owner.statsDock.raise_()
+    owner.comparisonDock.raise_()
     window.setCorner(Qt.Corner.BottomLeftCorner, bottom)
     window.setCorner(Qt.Corner.BottomRightCorner, right)
+    size_docks(owner)
+
+
+def size_docks(owner: DockedWindow) -> None:
+    """The default widths and heights (again once the window is shown: before that Qt sizes against a guess)."""
+    window = owner.widget
     window.resizeDocks([owner.sessionDock, owner.controlsDock], list(SIDE_WIDTHS), Qt.Orientation.Horizontal)
     window.resizeDocks([owner.comparisonDock], [BOTTOM_HEIGHT], Qt.Orientation.Vertical)
     window.resizeDocks([owner.controlsDock, owner.metricsDock], [430, 300], Qt.Orientation.Vertical)
-    window.resizeDocks([owner.comparisonDock, owner.statsDock], [560, 420], Qt.Orientation.Horizontal)
 
 
 def screen_of(window: QWidget) -> QScreen | None:

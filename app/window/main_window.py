@@ -547,8 +547,10 @@ class MainWindow(QMainWindow):
         super().showEvent(event)
         # The frame's size is known once shown: clamp the restored (or default) geometry again with it, unless
         # the caller has sized the window since.
-        if self._restored_size is not None and self.size() == self._restored_size:
-            layout.clamp_to_screen(self)
+        if self._restored_size is not None:
+            if self.size() == self._restored_size:
+                layout.clamp_to_screen(self)
+            layout.size_docks(self)
         self._restored_size = None
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt API)

@@ -43,8 +43,17 @@ def test_every_needle_panel_keeps_a_readable_size_and_scrolls(qapp):
     grid = panel.grid
     grid.set_grid([f"cache {i}" for i in range(7)], [0.1, 0.5, 0.9], [96, 192])
     QApplication.processEvents()
-    columns, rows = 3, 3
+    columns = grid.columns()
+    room = grid.scrollArea.width() - grid.scrollArea.verticalScrollBar().sizeHint().width()
+    assert columns == max(1, room // PANEL_SIZE[0]) < 7, "panels wrap to the width"
+    assert grid.graphics.minimumWidth() <= grid.scrollArea.viewport().width(), "no panel cut off at the side"
+    rows = -(-7 // columns)
     assert grid.graphics.minimumWidth() >= columns * PANEL_SIZE[0]
-    assert grid.graphics.minimumHeight() >= rows * PANEL_SIZE[1]
+    assert grid.graphics.minimumHeight() >= rows * PANEL_SIZE[1], "the rows below scroll into view"
     assert grid.scrollArea.widget() is grid.graphics and grid.scrollArea.widgetResizable()
+    panel.resize(1600, 250)
+    QApplication.processEvents()
+    assert grid.columns() > columns, "a wider view holds more panels per row"
+    first = grid.cell_scene_position(6, 1, 2)
+    assert grid.cell_at(first) == (6, 1, 2), "cells are found after the panels move"
     panel.close()

@@ -94,7 +94,9 @@ def test_reset_layout_shows_and_docks_every_panel(window):
         assert not dock.isHidden() and not dock.isFloating(), dock.windowTitle()
     assert window.dockWidgetArea(window.sessionDock) == Qt.DockWidgetArea.LeftDockWidgetArea
     assert window.dockWidgetArea(window.metricsDock) == Qt.DockWidgetArea.RightDockWidgetArea
-    assert window.tabifiedDockWidgets(window.statsDock) == [window.sweepDock, window.needleDock]
+    below = {window.comparisonDock, window.sweepDock, window.needleDock}
+    assert set(window.tabifiedDockWidgets(window.statsDock)) == below
+    assert not window.comparisonDock.visibleRegion().isEmpty(), "the continuations are in front"
 
 
 def test_a_saved_geometry_larger_than_the_screen_is_clamped(qapp, tmp_path):
