@@ -23,7 +23,7 @@ MISSED = (215, 58, 73, 255)
 PENDING = (200, 200, 200, 255)
 #: At most this many panels per row; within that, as many as the view's width holds (the rest wrap below).
 MAX_COLUMNS = 5
-#: The least space a panel gets (with its title and axes); a smaller view scrolls instead of cutting panels off.
+#: The least space a panel gets (more when its title needs it); a smaller view scrolls instead of cutting panels off.
 PANEL_SIZE = (210, 170)
 
 
@@ -52,6 +52,7 @@ class NeedleGridView(QWidget):
         self._plots: list[pg.PlotItem] = []
         self._images: list[pg.ImageItem] = []
         self._columns = 0
+        self._panel_width = PANEL_SIZE[0]
         self.graphics.scene().sigMouseClicked.connect(self._on_click)
         self.graphics.scene().sigMouseMoved.connect(self._on_move)
 
@@ -61,7 +62,8 @@ class NeedleGridView(QWidget):
         self._state = np.full((len(titles), len(lengths), len(depths)), -1, dtype=np.int8)
         self.graphics.clear()
         self._plots, self._images = [], []
-        self._columns = self._fitting_columns()
+        self._panel_width = PANEL_SIZE[0]
+        self._columns = 1
         for i, title in enumerate(titles):
             plot = self.graphics.addPlot(row=i // self._columns, col=i % self._columns, title=title)
             plot.setMouseEnabled(x=False, y=False)
@@ -77,7 +79,11 @@ class NeedleGridView(QWidget):
             self._plots.append(plot)
             self._images.append(image)
             self._paint(i)
-        self._set_minimum_size()
+        # A panel is as wide as its title and axes need: pyqtgraph would otherwise draw the row wider than the
+        # view and cut the last panels off.
+        needed = (p.effectiveSizeHint(Qt.SizeHint.MinimumSize).width() for p in self._plots)
+        self._panel_width = max([PANEL_SIZE[0], *(math.ceil(w) for w in needed)])
+        self._arrange(self._fitting_columns())
 
     def columns(self) -> int:
         """Panels per row now."""
@@ -87,24 +93,42 @@ class NeedleGridView(QWidget):
         super().resizeEvent(event)
         columns = self._fitting_columns()
         if self._plots and columns != self._columns:
+            self._arrange(columns)
+
+    def _arrange(self, columns: int) -> None:
+        """Lay the panels out `columns` to a row."""
+        if columns != self._columns:
             self._columns = columns
             for plot in self._plots:
                 self.graphics.ci.removeItem(plot)
             for i, plot in enumerate(self._plots):
                 self.graphics.ci.addItem(plot, row=i // columns, col=i % columns)
-            self._set_minimum_size()
+        self._set_minimum_size()
 
     def _fitting_columns(self) -> int:
         """As many panels per row as the width holds (at least one, at most MAX_COLUMNS and the panel count)."""
         n = max(1, len(self._titles))
         room = self.scrollArea.width() - self.scrollArea.verticalScrollBar().sizeHint().width()  # bar or not
-        fit = room // PANEL_SIZE[0]
+        grid = self.graphics.ci.layout
+        left, _, right, _ = grid.getContentsMargins()
+        spacing = grid.horizontalSpacing()
+        fit = int((room - left - right + spacing) // (self._panel_width + spacing))
         return max(1, min(MAX_COLUMNS, n, fit))
 
     def _set_minimum_size(self) -> None:
         """Room for every panel at a readable size: the view scrolls down to the rows that do not fit."""
         rows = max(1, math.ceil(len(self._plots) / max(1, self._columns)))
-        self.graphics.setMinimumSize(self._columns * PANEL_SIZE[0], rows * PANEL_SIZE[1])
+        grid = self.graphics.ci.layout
+        grid.invalidate()
+        least = self.graphics.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize)  # titles, axes, margins, spacing
+        self.graphics.setMinimumSize(
+            max(self._columns * self._panel_width, math.ceil(least.width())),
+            max(rows * PANEL_SIZE[1], math.ceil(least.height())),
+        )
+
+    def panel_width(self) -> int:
+        """The width each panel is given at the least (its title and axes whole)."""
+        return self._panel_width
 
     def set_cell(self, length_index: int, depth_index: int, recalled: Sequence[bool]) -> None:
         """One probe's result for every panel (recalled[i] for panel i)."""

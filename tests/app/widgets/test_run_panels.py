@@ -3,6 +3,7 @@ legend beside its data, and every needle-grid panel reachable by scrolling, none
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from app.widgets.needle_grid import PANEL_SIZE
@@ -38,17 +39,22 @@ def test_the_frontier_legend_is_beside_the_data(qapp):
 
 def test_every_needle_panel_keeps_a_readable_size_and_scrolls(qapp):
     panel = NeedlePanel()
-    panel.resize(600, 250)
+    panel.resize(1000, 250)
     panel.show()
     grid = panel.grid
-    grid.set_grid([f"cache {i}" for i in range(7)], [0.1, 0.5, 0.9], [96, 192])
+    grid.set_grid([f"streaming_llm {i} % · 16-bit" for i in range(7)], [0.1, 0.5, 0.9], [96, 192])
     QApplication.processEvents()
     columns = grid.columns()
     room = grid.scrollArea.width() - grid.scrollArea.verticalScrollBar().sizeHint().width()
-    assert columns == max(1, room // PANEL_SIZE[0]) < 7, "panels wrap to the width"
+    assert grid.panel_width() >= PANEL_SIZE[0]
+    assert columns == max(1, room // grid.panel_width()) < 7, "panels wrap to the width"
     assert grid.graphics.minimumWidth() <= grid.scrollArea.viewport().width(), "no panel cut off at the side"
     rows = -(-7 // columns)
-    assert grid.graphics.minimumWidth() >= columns * PANEL_SIZE[0]
+    assert grid.graphics.minimumWidth() >= columns * grid.panel_width()
+    ci = grid.graphics.ci
+    assert ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width() <= grid.graphics.minimumWidth(), (
+        "no panel cut off"
+    )
     assert grid.graphics.minimumHeight() >= rows * PANEL_SIZE[1], "the rows below scroll into view"
     assert grid.scrollArea.widget() is grid.graphics and grid.scrollArea.widgetResizable()
     panel.resize(1600, 250)
