@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UNAME := $(shell uname -s)
 
-.PHONY: run test eval lint format bench screenshot blas clean
+.PHONY: run test eval lint format bench screenshot blas xcb clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,22 @@ ifeq ($(UNAME),Linux)
 	fi
 endif
 
-run: $(STAMP)
+# Linux only: Qt's xcb platform (a real or xvfb-run display) aborts without these runtime libraries.
+XCB_PACKAGES := libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 \
+  libxcb-randr0 libxcb-shape0 libxcb-xfixes0 libxcb-xkb1 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3 xvfb xauth
+xcb:
+ifeq ($(UNAME),Linux)
+	@if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libxcb-cursor.so.0'; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Qt's xcb runtime libraries"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(XCB_PACKAGES) >/dev/null; \
+	  else \
+	    echo "Qt's xcb libraries missing: run 'sudo apt-get install $(XCB_PACKAGES)'"; \
+	  fi; \
+	fi
+endif
+
+run: $(STAMP) xcb
 ifeq ($(UNAME),Linux)
 	@if [ -z "$$DISPLAY" ] && [ -z "$$WAYLAND_DISPLAY" ] && [ -z "$$QT_QPA_PLATFORM" ]; then \
 	  echo "No display found. Run it under a virtual screen: xvfb-run -a make run"; exit 1; fi
@@ -46,7 +61,7 @@ eval: $(STAMP) blas
 bench: $(STAMP) blas
 	$(BIN)/python -m benchmarks.run_all
 
-screenshot: $(STAMP)
+screenshot: $(STAMP) xcb
 	$(BIN)/python scripts/screenshot.py
 
 format: $(STAMP)

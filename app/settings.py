@@ -68,6 +68,9 @@ _CHECKS = {
     "last_schedule": lambda v: v in SCHEDULES,
     "chat_template": lambda v: isinstance(v, bool),
     "system_prompt": lambda v: isinstance(v, str) and len(v) <= 65536,
+    "last_folders": lambda v: (
+        isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+    ),
 }
 
 
@@ -90,6 +93,8 @@ class Settings:
     last_schedule: str = DEFAULT_SCHEDULE
     chat_template: bool = True  # the Session panel's box: apply the tokenizer's template when it has one
     system_prompt: str = ""
+    #: The folder each kind of file dialog (FOLDER_KINDS) last used, so it opens there again.
+    last_folders: dict[str, str] = field(default_factory=dict)
     path: Path | None = field(default=None, compare=False, repr=False)
 
     def add_recent_model(self, name: str) -> None:
@@ -103,6 +108,16 @@ class Settings:
     def add_recent_results(self, path: str) -> None:
         """Move a results file to the front of File ▸ Open Recent Results."""
         self.recent_results = _front(path, self.recent_results)
+
+    def folder_for(self, kind: str) -> str:
+        """The folder the last `kind` dialog used, if it still exists; "" (the current folder) otherwise."""
+        folder = self.last_folders.get(kind, "")
+        return folder if folder and Path(folder).is_dir() else ""
+
+    def remember_folder(self, kind: str, path: str | Path) -> None:
+        """Remember where a `kind` dialog chose `path` (a file's folder, or the folder itself)."""
+        chosen = Path(path)
+        self.last_folders[kind] = str(chosen if chosen.is_dir() else chosen.parent)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-serialisable fields (the file path is not stored)."""

@@ -1,10 +1,11 @@
-"""Make docs/screenshot.png: the real window after a prefill and a compression on the demo model, under Xvfb.
+"""Make docs/screenshot.png: the real window at 1280×800 (a 13-inch laptop) after a prefill and a compression on
+the demo model, under Xvfb.
 
 Run `make screenshot` (or `python scripts/screenshot.py [out.png]`); with `--sweep` it also runs a sweep from the
-Sweep dock and writes docs/sweep.png (the dock, floated) and docs/frontier.png (the frontier plot's own export),
-then a needle grid from its dock: docs/needle_grid.png. Without a display it re-runs itself under
-`xvfb-run` (Qt's xcb plugin needs libxcb-icccm4 and libxcb-keysyms1 on Debian); settings go to a temporary
-file, so the user's own settings are never read or written.
+Sweep dock and writes docs/sweep.png (the window with the Sweep dock raised) and docs/frontier.png (the frontier
+plot's own export, 1600 px wide), then a needle grid from its dock: docs/needle_grid.png (the window with the grid
+raised). Without a display it re-runs itself under `xvfb-run` (Qt's xcb plugin needs libxcb-cursor0, libxcb-icccm4
+and libxcb-keysyms1 on Debian); settings go to a temporary file, so the user's own settings are never read or written.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "docs" / "screenshot.png"
-SIZE = (1440, 900)
+SIZE = (1280, 800)
 CONFIG = {"method": "snapkv", "ratio": 0.25, "bits": 4, "group_size": 64}
 #: The sample whose answer a query-aware method keeps at 25 % and streaming_llm loses (resources/prompts/notes.json).
 SHOWCASE = "dict_lookup"
@@ -75,7 +76,7 @@ def _rerun_under_xvfb() -> int:
     xvfb = shutil.which("xvfb-run")
     if xvfb is not None:
         env = dict(os.environ, KVLENS_XVFB="1", QT_QPA_PLATFORM="xcb")
-        screen = f"-screen 0 {SIZE[0] + 160}x{SIZE[1] + 160}x24"
+        screen = f"-screen 0 {SIZE[0]}x{SIZE[1]}x24"
         rc = subprocess.call([xvfb, "-a", "-s", screen, *me], env=env)
         if rc >= 0:
             return rc
@@ -130,6 +131,7 @@ def main(out: Path, sweep: bool = False) -> int:
     app.setApplicationName("KV Lens")
     with tempfile.TemporaryDirectory() as tmp:
         window = MainWindow(settings_path=Path(tmp) / "settings.json")
+        window.move(0, 0)
         window.resize(*SIZE)
         window.show()
         if not _wait(app, lambda: window.model_info is not None, 120):
@@ -160,7 +162,9 @@ SWEEP = {
     "ratios": "0.1:0.9:0.2",
     "bits": "4,16",
 }
-SWEEP_SIZE = (1400, 640)
+#: The bottom row's height while the sweep or the needle grid is shown (as a user drags it up to read the plot).
+RUN_DOCK_HEIGHT = 430
+FRONTIER_WIDTH = 1600
 
 
 def _sweep_shots(app, window, folder: Path) -> bool:  # noqa: ANN001
@@ -179,12 +183,8 @@ def _sweep_shots(app, window, folder: Path) -> bool:  # noqa: ANN001
         plot._on_mouse_moved(
             plot.scene_position(front[len(front) // 2])
         )  # a hover tooltip's text in the status
-    window.sweepDock.setFloating(True)
-    window.sweepDock.resize(*SWEEP_SIZE)
-    _wait(app, lambda: False, 0.5)
-    ok = window.sweepDock.grab().save(str(folder / "sweep.png"))
-    window.sweeping.export_image(folder / "frontier.png")
-    window.sweepDock.setFloating(False)
+    ok = _window_shot(app, window, window.sweepDock, folder / "sweep.png")
+    window.sweeping.export_image(folder / "frontier.png", FRONTIER_WIDTH)
     print(f"Wrote {folder / 'sweep.png'} and {folder / 'frontier.png'}")
     return ok and _needle_shot(app, window, folder / "needle_grid.png")
 
@@ -206,11 +206,19 @@ def _needle_shot(app, window, out: Path) -> bool:  # noqa: ANN001
     if not _wait(app, lambda: not window.needles.running, 1800) or not window.needles.cells:
         print(f"The needle grid did not finish: {window.last_error}", file=sys.stderr)
         return False
-    window.needleDock.setFloating(True)
-    window.needleDock.resize(SWEEP_SIZE[0], 720)
-    _wait(app, lambda: False, 0.5)
     print(f"Wrote {out}")
-    return window.needleDock.grab().save(str(out))
+    return _window_shot(app, window, window.needleDock, out)
+
+
+def _window_shot(app, window, dock, out: Path) -> bool:  # noqa: ANN001
+    """The whole window with `dock` raised and the bottom row taller."""
+    from PySide6.QtCore import Qt
+
+    dock.show()
+    dock.raise_()
+    window.resizeDocks([dock], [RUN_DOCK_HEIGHT], Qt.Orientation.Vertical)
+    _wait(app, lambda: False, 0.5)
+    return window.grab().save(str(out))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from PySide6.QtWidgets import QMainWindow
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDockWidget, QMainWindow
 
 from app.engine.thread import EngineThread
 from app.engine.view_model import CompressionView, LoadedModel
@@ -20,6 +21,21 @@ from app.widgets.session_panel import SessionPanel
 from app.widgets.stats_table import StatsTable
 from app.widgets.status_area import StatusArea
 from kvcore.model.loading import ModelInfo
+
+#: A run dock (Sweep, Needle grid) shown for its results takes at least this share of the window's height (from
+#: the heatmap above it).
+RUN_DOCK_SHARE = 0.45
+
+
+def show_run_dock(window: QMainWindow, dock: QDockWidget) -> None:
+    """Show and raise `dock`, taller if needed: its plot is what the user came for (the heatmap gives way)."""
+    dock.show()
+    dock.raise_()
+    if dock.isFloating():
+        return
+    tall = int(window.height() * RUN_DOCK_SHARE)
+    if dock.height() < tall:
+        window.resizeDocks([dock], [tall], Qt.Orientation.Vertical)
 
 
 class Host(Protocol):

@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QFileDialog
+from PySide6.QtWidgets import QDockWidget
 
-from app.controllers.host import Host
+from app.controllers.file_dialogs import PROBES, save_path
+from app.controllers.host import Host, show_run_dock
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
 from app.engine import jobs
 from app.engine.thread import JobFailure, JobResult
@@ -52,8 +53,7 @@ class NeedleController:
         return self.request_id is not None
 
     def show_dock(self) -> None:
-        self.dock.show()
-        self.dock.raise_()
+        show_run_dock(self.host.widget, self.dock)
 
     def run(self) -> int | None:
         """Start the grid; a message naming the problem instead when the input cannot run."""
@@ -152,20 +152,25 @@ class NeedleController:
         self.host.status.show(f"Exported {len(self.rows())} needle rows to {path}")
         return True
 
-    def export_image(self, path: str | Path) -> bool:
+    def export_image(self, path: str | Path, width: int | None = None) -> bool:
         if not self.view.has_data():
             self.host.error("Nothing to export", "Run a needle grid first: it is empty.")
             return False
-        return export_plot(self.host, self.view, path, "needle grid", empty=False)
+        return export_plot(self.host, self.view, path, "needle grid", empty=False, width=width)
 
     def export_csv_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(
-            self.host.widget, "Export needle grid", "kvlens_probe.csv", "CSV (*.csv)"
+        path, _ = save_path(
+            self.host.widget,
+            self.host.settings,
+            PROBES,
+            "Export needle grid",
+            "kvlens_probe.csv",
+            "CSV (*.csv)",
         )
         if path:
             self.export_csv(path)
 
     def export_image_dialog(self) -> None:
-        path = ask_image_path(self.host.widget, "needle grid", "kvlens_needle_grid")
-        if path:
-            self.export_image(path)
+        chosen = ask_image_path(self.host.widget, "needle grid", "kvlens_needle_grid", self.host.settings)
+        if chosen:
+            self.export_image(*chosen)

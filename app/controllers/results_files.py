@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import QFileDialog
-
+from app.controllers.file_dialogs import RESULTS, open_path
 from app.controllers.host import Host
 from app.controllers.sweep import SweepController
 from app.engine.thread import Job, JobContext, JobFailure, JobResult
@@ -43,7 +42,7 @@ class ResultsFiles:
         self.opening: int | None = None  # the request id of the file being read, None when none is
 
     def open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.host.widget, "Open prompt-set results", "", FILTER)
+        path = open_path(self.host.widget, self.host.settings, RESULTS, "Open prompt-set results", FILTER)
         if path:
             self.open(path)
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QFileDialog
+from PySide6.QtWidgets import QDockWidget
 
-from app.controllers.host import Host
+from app.controllers.file_dialogs import SWEEPS, save_path
+from app.controllers.host import Host, show_run_dock
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
 from app.engine import jobs
 from app.engine.thread import JobFailure, JobResult
@@ -73,9 +74,7 @@ class SweepController:
         self.show_dock()
 
     def show_dock(self) -> None:
-        dock = self.dock
-        dock.show()
-        dock.raise_()
+        show_run_dock(self.host.widget, self.dock)
         self.panel.methodsList.setFocus()
 
     # -- run / cancel ---------------------------------------------------------------------------------
@@ -199,20 +198,20 @@ class SweepController:
         w.status.show(f"Exported {len(self.points())} sweep points ({len(rows)} rows) to {path}")
         return True
 
-    def export_image(self, path: str | Path) -> bool:
+    def export_image(self, path: str | Path, width: int | None = None) -> bool:
         if not self.plot.has_data():
             self.host.error("Nothing to export", "Run a sweep first: the frontier plot is empty.")
             return False
-        return export_plot(self.host, self.plot, path, "frontier plot", empty=False)
+        return export_plot(self.host, self.plot, path, "frontier plot", empty=False, width=width)
 
     def export_csv_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(
-            self.host.widget, "Export sweep", "kvlens_sweep.csv", "CSV (*.csv)"
+        path, _ = save_path(
+            self.host.widget, self.host.settings, SWEEPS, "Export sweep", "kvlens_sweep.csv", "CSV (*.csv)"
         )
         if path:
             self.export_csv(path)
 
     def export_image_dialog(self) -> None:
-        path = ask_image_path(self.host.widget, "frontier plot", "kvlens_frontier")
-        if path:
-            self.export_image(path)
+        chosen = ask_image_path(self.host.widget, "frontier plot", "kvlens_frontier", self.host.settings)
+        if chosen:
+            self.export_image(*chosen)

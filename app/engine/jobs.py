@@ -7,6 +7,8 @@ replaced only when a load succeeds, so a failed load or prefill leaves the user'
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +21,8 @@ from kvcore.engine.sweep import SweepPoint, run_sweep
 from kvcore.probes.needle_grid import GridCell, run_grid
 
 SESSION = "session"
+#: Generate N runs in about this many steps, so it can say "k of N" and a cancel keeps the steps done.
+EXTEND_CHUNKS = 16
 
 #: The kinds of job (EngineThread.submit): one job of a kind runs at a time, a newer one supersedes the older.
 LOAD, PREFILL, EXTEND, COMPRESS, SWEEP, NEEDLES = "load", "prefill", "extend", "compress", "sweep", "needles"
@@ -89,8 +93,19 @@ def extend(n: int) -> Job:
         session = _session(ctx)
         if not session.prompt_ids:  # the prefill it followed was cancelled or failed: nothing to extend
             return None
-        ctx.progress(0.0, f"Generating {n} token{'s' if n != 1 else ''}…")
-        session.extend(n, should_cancel=ctx.cancelled)
+        done, chunk = 0, max(1, math.ceil(n / EXTEND_CHUNKS))
+        while done < n:
+            ctx.progress(done / n, f"Generating: {done} of {n} token{'s' if n != 1 else ''}")
+            step = min(chunk, n - done)
+            try:
+                session.extend(step, should_cancel=ctx.cancelled)
+            except Cancelled:
+                if done == 0:
+                    raise
+                return dataclasses.replace(sequence_view(session), cut_short=True)
+            done += step
+            if done < n and ctx.cancelled():
+                return dataclasses.replace(sequence_view(session), cut_short=True)
         return sequence_view(session)
 
     return job

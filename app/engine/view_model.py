@@ -30,6 +30,7 @@ class SequenceView:
     tokens: list[str]
     prompt_len: int
     prefill_ms: float | None = None
+    cut_short: bool = False  # a Generate N cancelled part way: the tokens generated until then are kept
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ class CompressionControls(QWidget):
         form.addRow("Parameters", self.methodParameters)
         form.addRow("Schedule", self.scheduleCombo)
         form.addRow("", self.autoRegenerateCheck)
-        form.addRow("", self.budgetNoteLabel)
+        form.addRow(self.budgetNoteLabel)  # both columns wide: the note is not clipped
 
         self.methodCombo.currentIndexChanged.connect(self._method_changed)
         self.retentionSlider.valueChanged.connect(self._changed)

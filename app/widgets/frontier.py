@@ -16,8 +16,18 @@ from collections.abc import Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.widgets.axes import ScientificAxis
 from app.widgets.config_text import config_label
 from app.widgets.plot_export import export_graphics
 from kvcore.defaults import UNQUANTIZED_BITS
@@ -48,6 +58,14 @@ PALETTE = (
 )
 FRONTIER_PEN = pg.mkPen((20, 20, 20), width=2, style=Qt.PenStyle.DashLine)
 ERROR_BAR_PEN = pg.mkPen((60, 60, 60), width=1.2)
+#: On screen the y axis says the metric in short (the combo above names it in full); an export says it in full.
+_SHORT_LABELS = {
+    "kl_mean": "KL, mean per token",
+    "agreement": "top-1 agreement",
+    "nll_delta": "NLL Δ (nats/token)",
+    "first_divergence": "first divergence",
+    "needle_recall": "needle recall",
+}
 _RESULT_NAMES = {"kl_mean": "KL", "agreement": "agreement", "nll_delta": "NLL Δ", "needle_recall": "recall"}
 
 
@@ -106,12 +124,22 @@ class FrontierPlot(QWidget):
         self.xCombo = QComboBox(objectName="frontierXCombo")
         self.xCombo.addItem("bytes, % of dense", X_PERCENT)
         self.xCombo.addItem("bytes", X_BYTES)
+        for combo in (self.metricCombo, self.xCombo):  # long metric names shrink with the dock, not widen it
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(8)
         self.exportImageButton = QPushButton("Export image…", objectName="frontierExportImageButton")
         self.exportImageButton.setToolTip("Save the frontier plot as PNG or SVG")
-        self.view = pg.PlotWidget(objectName="frontierPlot", background="w")
+        self.view = pg.PlotWidget(
+            objectName="frontierPlot", background="w", axisItems={"left": ScientificAxis("left")}
+        )
         self.plot: pg.PlotItem = self.view.getPlotItem()
         self.plot.showGrid(x=True, y=True, alpha=0.25)
-        self.legend = self.plot.addLegend(offset=(-10, 10), brush=pg.mkBrush(255, 255, 255, 210))
+        # The legend sits in its own column right of the plot, never over the points.
+        self.legend = pg.LegendItem(offset=None, labelTextSize="10pt", brush=pg.mkBrush(255, 255, 255, 210))
+        self.legend.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self.plot.layout.addItem(self.legend, 2, 3)
+        self.plot.layout.setAlignment(self.legend, Qt.AlignmentFlag.AlignTop)
+        self.plot.legend = self.legend  # PlotItem.addItem registers named items with it
         self.frontierList = QListWidget(objectName="frontierList")
         self.frontierList.setToolTip(
             "The Pareto frontier: no other point has fewer bytes and a better metric"
@@ -123,12 +151,14 @@ class FrontierPlot(QWidget):
         top.addWidget(self.metricCombo, 1)
         top.addWidget(QLabel("x"))
         top.addWidget(self.xCombo)
-        top.addWidget(self.exportImageButton)
+        under = QHBoxLayout()  # the export button below the plot keeps the top row narrow
+        under.addWidget(self.frontierLabel, 1)
+        under.addWidget(self.exportImageButton)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
         layout.addWidget(self.view, 3)
-        layout.addWidget(self.frontierLabel)
+        layout.addLayout(under)
         layout.addWidget(self.frontierList, 1)
 
         self._fill_metrics()
@@ -212,8 +242,18 @@ class FrontierPlot(QWidget):
     def has_data(self) -> bool:
         return bool(self._points)
 
-    def export_image(self, path: str | os.PathLike[str]) -> None:
-        export_graphics(self.plot, path)
+    def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
+        """Write the plot and its legend to PNG (`width` pixels wide) or SVG, the y axis named in full."""
+        self.plot.setLabel("left", self._y_label(short=False))
+        try:
+            export_graphics(self.plot, path, width)
+        finally:
+            self.plot.setLabel("left", self._y_label(short=True))
+
+    def _y_label(self, short: bool) -> str:
+        metric = METRICS[self.metric_key()]
+        name = _SHORT_LABELS.get(metric.key, metric.label) if short else metric.label
+        return name + (" ↑" if metric.higher_is_better else " ↓")
 
     # -- hit testing ----------------------------------------------------------------------------------
 
@@ -300,7 +340,7 @@ class FrontierPlot(QWidget):
                 "compressed KV cache" + ("" if bytes_axis else " (% of dense)"),
                 units="B" if bytes_axis else None,
             )
-            self.plot.setLabel("left", metric.label + (" ↑" if metric.higher_is_better else " ↓"))
+            self.plot.setLabel("left", self._y_label(short=True))
         xs, ys = self.xy()
         plotted_y = np.maximum(ys, LOG_FLOOR) if metric.log else ys
         groups: dict[tuple[str, tuple[int, int]], list[int]] = {}

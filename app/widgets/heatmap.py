@@ -171,6 +171,7 @@ class _RowAxis(pg.AxisItem):
 
     def __init__(self) -> None:
         super().__init__("left")
+        self.enableAutoSIPrefix(False)
         self.labels: list[str] = []
         self.heads = 1
         self.layer_offset = 0
@@ -239,11 +240,12 @@ class RetentionHeatmap(QWidget):
         self.layerCombo.addItem("All layers", None)
         self.layerCombo.setToolTip("Show every layer, or one layer's kv-heads large")
         self.legendLabel = QLabel(_KEPT_LEGEND, objectName="heatmapLegend")
+        self.legendLabel.setWordWrap(True)  # the Diff view's counts wrap rather than widening the window
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         for w in (QLabel("View"), self.viewCombo, QLabel("Layer"), self.layerCombo, self.legendLabel):
             top.addWidget(w)
-        top.addStretch(1)
+        top.setStretchFactor(self.legendLabel, 1)
 
         self._x_axis, self._y_axis = TokenAxis(), _RowAxis()
         self.graphics = pg.GraphicsLayoutWidget()
@@ -269,6 +271,7 @@ class RetentionHeatmap(QWidget):
         self.boundary_column: int | None = None
         self.plot.addItem(self.boundary)
         self.colorBar = pg.ColorBarItem(values=(0, 1), interactive=False, colorMapMenu=False, width=15)
+        self.colorBar.axis.enableAutoSIPrefix(False)  # quantization error reads 0.003, not 3 "(x0.001)"
         self.graphics.addItem(self.colorBar, row=0, col=1)
         self.colorBar.setVisible(False)
 
@@ -440,9 +443,9 @@ class RetentionHeatmap(QWidget):
         """The labels drawn on the displayed not-compressible layers."""
         return [item.textItem.toPlainText() for item in self._fixed_items]
 
-    def export_image(self, path: str | os.PathLike[str]) -> None:
+    def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
         """Write the heatmap with its axes and colour bar to PNG or SVG (by suffix), atomically."""
-        export_graphics(self.graphics.ci, path)
+        export_graphics(self.graphics.ci, path, width)
 
     def _diff_info(self, row: int, position: int) -> str:
         """The cell's class and the row's class counts over the positions either could evict."""

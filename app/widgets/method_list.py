@@ -9,6 +9,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QProgressBar,
@@ -17,6 +18,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from app.widgets.scrolling import scrolled
 
 
 class MethodChecklist(QListWidget):
@@ -32,6 +35,12 @@ class MethodChecklist(QListWidget):
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
             self.addItem(item)
         self.set_checked(list(checked))
+        # Every name whole: the widest, its tick box and a scroll bar.
+        widest = max(
+            (self.fontMetrics().horizontalAdvance(self.item(i).text()) for i in range(self.count())),
+            default=0,
+        )
+        self.setMinimumWidth(widest + 60)
 
     def checked(self) -> list[str]:
         items = (self.item(i) for i in range(self.count()))
@@ -80,6 +89,9 @@ class RunPanel(QWidget):
         form = QFormLayout()
         for label, widget in rows:
             form.addRow(label, widget)
+            if isinstance(widget, QLineEdit):  # the whole default list readable, from its start
+                widget.setMinimumWidth(min(200, widget.fontMetrics().horizontalAdvance(widget.text()) + 24))
+                widget.setCursorPosition(0)
         left = QWidget()
         column = QVBoxLayout(left)
         column.setContentsMargins(0, 0, 0, 0)
@@ -90,9 +102,18 @@ class RunPanel(QWidget):
         column.addStretch(1)
         column.addLayout(_row(*extra_footer, self.exportCsvButton))
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(left)
+        inputs = scrolled(
+            left
+        )  # the inputs scroll; the result view takes what the window gives or takes away
+        inputs.setMinimumWidth(min(180, left.minimumSizeHint().width()))
+        splitter.addWidget(inputs)
         splitter.addWidget(view)
-        splitter.setStretchFactor(1, 3)
+        splitter.setCollapsible(0, False)
+        splitter.setCollapsible(1, False)
+        splitter.setStretchFactor(0, 0)
+        splitter.setStretchFactor(1, 1)
+        whole = left.minimumSizeHint().width() + inputs.verticalScrollBar().sizeHint().width()
+        splitter.setSizes([whole, 3 * whole])  # the inputs whole while there is room
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(splitter)

@@ -16,12 +16,15 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.widgets.plot_export import export_graphics
+from app.widgets.scrolling import scrolled
 
 RECALLED = (46, 160, 67, 255)
 MISSED = (215, 58, 73, 255)
 PENDING = (200, 200, 200, 255)
-#: At most this many panels per row (fewer panels: a near-square arrangement).
+#: At most this many panels per row; within that, as many as the view's width holds (the rest wrap below).
 MAX_COLUMNS = 5
+#: The least space a panel gets (more when its title needs it); a smaller view scrolls instead of cutting panels off.
+PANEL_SIZE = (210, 170)
 
 
 class NeedleGridView(QWidget):
@@ -38,7 +41,8 @@ class NeedleGridView(QWidget):
         self.graphics.setBackground("w")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.graphics)
+        self.scrollArea = scrolled(self.graphics)
+        layout.addWidget(self.scrollArea)
         self._titles: list[str] = []
         self._depths: list[float] = []
         self._lengths: list[int] = []
@@ -47,6 +51,8 @@ class NeedleGridView(QWidget):
         )  # [panel, length, depth]: -1 pending, 0 missed, 1 hit
         self._plots: list[pg.PlotItem] = []
         self._images: list[pg.ImageItem] = []
+        self._columns = 0
+        self._panel_width = PANEL_SIZE[0]
         self.graphics.scene().sigMouseClicked.connect(self._on_click)
         self.graphics.scene().sigMouseMoved.connect(self._on_move)
 
@@ -56,9 +62,10 @@ class NeedleGridView(QWidget):
         self._state = np.full((len(titles), len(lengths), len(depths)), -1, dtype=np.int8)
         self.graphics.clear()
         self._plots, self._images = [], []
-        columns = min(MAX_COLUMNS, max(1, math.ceil(math.sqrt(len(titles)))))
+        self._panel_width = PANEL_SIZE[0]
+        self._columns = 1
         for i, title in enumerate(titles):
-            plot = self.graphics.addPlot(row=i // columns, col=i % columns, title=title)
+            plot = self.graphics.addPlot(row=i // self._columns, col=i % self._columns, title=title)
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
             plot.invertY(True)
@@ -72,6 +79,56 @@ class NeedleGridView(QWidget):
             self._plots.append(plot)
             self._images.append(image)
             self._paint(i)
+        # A panel is as wide as its title and axes need: pyqtgraph would otherwise draw the row wider than the
+        # view and cut the last panels off.
+        needed = (p.effectiveSizeHint(Qt.SizeHint.MinimumSize).width() for p in self._plots)
+        self._panel_width = max([PANEL_SIZE[0], *(math.ceil(w) for w in needed)])
+        self._arrange(self._fitting_columns())
+
+    def columns(self) -> int:
+        """Panels per row now."""
+        return self._columns
+
+    def resizeEvent(self, event) -> None:  # noqa: ANN001, N802 (Qt API)
+        super().resizeEvent(event)
+        columns = self._fitting_columns()
+        if self._plots and columns != self._columns:
+            self._arrange(columns)
+
+    def _arrange(self, columns: int) -> None:
+        """Lay the panels out `columns` to a row."""
+        if columns != self._columns:
+            self._columns = columns
+            for plot in self._plots:
+                self.graphics.ci.removeItem(plot)
+            for i, plot in enumerate(self._plots):
+                self.graphics.ci.addItem(plot, row=i // columns, col=i % columns)
+        self._set_minimum_size()
+
+    def _fitting_columns(self) -> int:
+        """As many panels per row as the width holds (at least one, at most MAX_COLUMNS and the panel count)."""
+        n = max(1, len(self._titles))
+        room = self.scrollArea.width() - self.scrollArea.verticalScrollBar().sizeHint().width()  # bar or not
+        grid = self.graphics.ci.layout
+        left, _, right, _ = grid.getContentsMargins()
+        spacing = grid.horizontalSpacing()
+        fit = int((room - left - right + spacing) // (self._panel_width + spacing))
+        return max(1, min(MAX_COLUMNS, n, fit))
+
+    def _set_minimum_size(self) -> None:
+        """Room for every panel at a readable size: the view scrolls down to the rows that do not fit."""
+        rows = max(1, math.ceil(len(self._plots) / max(1, self._columns)))
+        grid = self.graphics.ci.layout
+        grid.invalidate()
+        least = self.graphics.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize)  # titles, axes, margins, spacing
+        self.graphics.setMinimumSize(
+            max(self._columns * self._panel_width, math.ceil(least.width())),
+            max(rows * PANEL_SIZE[1], math.ceil(least.height())),
+        )
+
+    def panel_width(self) -> int:
+        """The width each panel is given at the least (its title and axes whole)."""
+        return self._panel_width
 
     def set_cell(self, length_index: int, depth_index: int, recalled: Sequence[bool]) -> None:
         """One probe's result for every panel (recalled[i] for panel i)."""
@@ -86,8 +143,8 @@ class NeedleGridView(QWidget):
     def has_data(self) -> bool:
         return bool((self._state >= 0).any())
 
-    def export_image(self, path: str | os.PathLike[str]) -> None:
-        export_graphics(self.graphics.ci, path)
+    def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
+        export_graphics(self.graphics.ci, path, width)
 
     def cell_scene_position(self, panel: int, length_index: int, depth_index: int) -> QPointF:
         return self._plots[panel].vb.mapViewToScene(QPointF(length_index + 0.5, depth_index + 0.5))

@@ -16,6 +16,30 @@ from kvcore.atomic import write_bytes
 
 IMAGE_SUFFIXES = (".png", ".svg")
 IMAGE_FILTER = "PNG image (*.png);;SVG image (*.svg)"
+#: A PNG's width when the user picks none: large enough for a slide or a paper figure.
+DEFAULT_EXPORT_WIDTH = 1600
+#: A PNG is laid out at its width / PIXEL_RATIO (at least the size shown), then drawn at PIXEL_RATIO: labels keep a
+#: readable size and are laid out whole, however small the plot is on screen.
+PIXEL_RATIO = 2.0
+#: The least height / width of a laid-out export (a short on-screen strip still gets room for its axis labels).
+MIN_ASPECT = 0.5
+
+
+@contextlib.contextmanager
+def _laid_out(item, width: float) -> Iterator[None]:  # noqa: ANN001 (a pyqtgraph GraphicsWidget)
+    """Lay `item` out at `width` logical pixels (its aspect ratio kept, at least MIN_ASPECT) while exporting."""
+    old = item.geometry()
+    if old.width() <= 0 or old.height() <= 0:
+        yield
+        return
+    aspect = max(old.height() / old.width(), MIN_ASPECT)
+    item.resize(width, width * aspect)
+    item.layout.activate()
+    try:
+        yield
+    finally:
+        item.setGeometry(old)
+        item.layout.activate()
 
 
 @contextlib.contextmanager
@@ -42,16 +66,18 @@ def _svg_closed_paths_tolerated() -> Iterator[None]:
 def export_graphics(item, path: str | os.PathLike[str], width: int | None = None) -> None:  # noqa: ANN001
     """Write a pyqtgraph item (a GraphicsLayout, a PlotItem) to PNG or SVG by suffix, atomically.
 
-    `width` scales a PNG to that many pixels wide (the height follows the item's aspect ratio).
+    `width` scales a PNG to that many pixels wide (default DEFAULT_EXPORT_WIDTH; the height follows the item's
+    aspect ratio, and every label scales with it). An SVG is vector and has no width.
     """
     suffix = Path(path).suffix.lower()
     if suffix not in IMAGE_SUFFIXES:
         raise ValueError(f"Export as .png or .svg, not '{suffix or 'no suffix'}'")
     if suffix == ".png":
-        exporter = ImageExporter(item)
-        if width is not None:
-            exporter.parameters()["width"] = int(width)
-        data = _png_bytes(exporter.export(toBytes=True))
+        pixels = int(width or DEFAULT_EXPORT_WIDTH)
+        with _laid_out(item, max(pixels / PIXEL_RATIO, item.geometry().width())):
+            exporter = ImageExporter(item)
+            exporter.parameters()["width"] = pixels
+            data = _png_bytes(exporter.export(toBytes=True))
     else:
         with _svg_closed_paths_tolerated():
             data = SVGExporter(item).export(toBytes=True)

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QTextEdit,
     QVBoxLayout,
@@ -149,6 +150,9 @@ class SessionPanel(QWidget):
         self.modelLabel = QLabel("No model loaded", objectName="modelLabel")
 
         self.samplePromptCombo = QComboBox(objectName="samplePromptCombo")
+        for combo in (self.modelCombo, self.samplePromptCombo):  # a long model path must not widen the window
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(12)
         self.promptEdit = QPlainTextEdit(objectName="promptEdit")
         self.promptEdit.setPlaceholderText("Prompt…")
         self.chatTemplateCheck = QCheckBox("Chat template", objectName="chatTemplateCheck")
@@ -169,6 +173,17 @@ class SessionPanel(QWidget):
         self.cancelButton = QPushButton("Cancel", objectName="cancelButton")
         self.generatedView = _TokenView()
 
+        for button in (
+            self.loadButton,
+            self.prefillButton,
+            self.stepButton,
+            self.generateButton,
+            self.cancelButton,
+        ):
+            # As wide as the text needs, not the style's 80 px: the panel must fit a laptop's left column.
+            button.setMinimumWidth(button.fontMetrics().horizontalAdvance(button.text()) + 24)
+        # A long job name must not widen the panel: the label shows what fits, the status bar all of it.
+        self.busyLabel.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         model_row = QHBoxLayout()
         model_row.addWidget(self.modelCombo, 1)
         model_row.addWidget(self.loadButton)
@@ -190,7 +205,7 @@ class SessionPanel(QWidget):
         layout.addLayout(chat_row)
         layout.addLayout(run_row)
         layout.addLayout(busy_row)
-        layout.addWidget(QLabel("Tokens (hover to mark the position in the heatmap)"))
+        layout.addWidget(QLabel("Tokens (hover to mark in the heatmap)"))
         layout.addWidget(self.generatedView, 2)
 
         self.modelCombo.activated.connect(self._on_model_activated)
@@ -231,6 +246,7 @@ class SessionPanel(QWidget):
         combo.addItem(OPEN_FOLDER, None)
         combo.setItemData(combo.count() - 1, "open", _KIND_ROLE)
         combo.setCurrentIndex(0)
+        combo.lineEdit().setCursorPosition(0)  # a long name shows its start
 
     def model_entries(self) -> list[tuple[str, str | None, str]]:
         """(text, value, kind) for every entry, in order."""

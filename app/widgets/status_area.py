@@ -38,6 +38,15 @@ class StatusArea:
         self._warning_until = time.monotonic() + _MESSAGE_MS / 1000
         self.bar.showMessage(f"⚠ {text}", _WARNING_MS)
 
+    def retract(self, text: str) -> None:
+        """Take back warning `text` (no longer true) if it is the one showing."""
+        if self.last_warning != text:
+            return
+        self.last_warning = None
+        self._warning_until = 0.0
+        if self.bar.currentMessage() == f"⚠ {text}":
+            self.bar.clearMessage()
+
     def show_hover(self, text: str) -> None:
         if text:
             self.bar.showMessage(text)

@@ -22,6 +22,7 @@ class TokenAxis(pg.AxisItem):
 
     def __init__(self) -> None:
         super().__init__("bottom")
+        self.enableAutoSIPrefix(False)  # columns are positions: never "position (x0.001)"
         self.tokens: list[str] = []
         self._text_mode = False
 

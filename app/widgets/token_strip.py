@@ -18,6 +18,7 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.engine.view_model import TokenSteps
+from app.widgets.axes import ScientificAxis
 from app.widgets.plot_export import export_graphics
 from app.widgets.token_axis import TokenAxis, token_label
 
@@ -75,10 +76,10 @@ class TokenStrip(QWidget):
     def _build_ui(self) -> None:
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setObjectName("tokenStripGraphics")
-        self.graphics.setMinimumHeight(130)
+        self.graphics.setMinimumHeight(100)
         self.graphics.ci.setSpacing(0)
         self._axis = TokenAxis()
-        self.klPlot = self.graphics.addPlot(row=0, col=0)
+        self.klPlot = self.graphics.addPlot(row=0, col=0, axisItems={"left": ScientificAxis("left")})
         self.agreePlot = self.graphics.addPlot(row=1, col=0, axisItems={"bottom": self._axis})
         self.graphics.ci.layout.setRowStretchFactor(0, 3)
         self.graphics.ci.layout.setRowStretchFactor(1, 1)
@@ -120,14 +121,16 @@ class TokenStrip(QWidget):
         self.top5Label.setTextFormat(Qt.TextFormat.RichText)
         self.top5Label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.top5Label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.top5Label.setFixedWidth(300)  # a fixed width: the plot must not move under the mouse
+        self.top5Label.setFixedWidth(240)  # a fixed width: the plot must not move under the mouse
         self.top5Label.setWordWrap(True)
 
+        self.legendLabel.setWordWrap(True)  # the legend wraps rather than widening the window
+        title = QLabel("<b>Per token</b>")
+        title.setToolTip("Teacher-forced on the dense continuation")
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
-        top.addWidget(QLabel("<b>Per token</b> (teacher-forced on the dense continuation)"))
-        top.addWidget(self.legendLabel)
-        top.addStretch(1)
+        top.addWidget(title)
+        top.addWidget(self.legendLabel, 1)
         top.addWidget(self.exportButton)
         body = QHBoxLayout()
         body.setContentsMargins(0, 0, 0, 0)
@@ -165,8 +168,9 @@ class TokenStrip(QWidget):
                 line.setPos(div + 0.5)
         finite = kl[np.isfinite(kl)]
         self.klPlot.setYRange(0, float(finite.max()) * 1.05 if finite.size and finite.max() > 0 else 1.0)
-        self.klPlot.setXRange(0, max(n, 1), padding=0)
+        # Limits first: the old ones (one column before any data) would clamp the new range onto token 0.
         self.klPlot.setLimits(xMin=0, xMax=max(n, 1))
+        self.klPlot.setXRange(0, max(n, 1), padding=0)
         self._axis.picture = None
         self._axis.update()
         self._set_hovered(self._hovered if 0 <= self._hovered < n else -1, force=True)
@@ -203,13 +207,13 @@ class TokenStrip(QWidget):
             for k in range(len(s.dense_top_texts[index]))
         ]  # fmt: skip
 
-    def export_image(self, path: str | os.PathLike[str]) -> None:
+    def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
         """Write both rows with their axes to PNG or SVG (by suffix), atomically; the hover band is left out."""
         shown = [region.isVisible() for region in self.hoverRegions]
         for region in self.hoverRegions:
             region.setVisible(False)
         try:
-            export_graphics(self.graphics.ci, path)
+            export_graphics(self.graphics.ci, path, width)
         finally:
             for region, visible in zip(self.hoverRegions, shown, strict=True):
                 region.setVisible(visible)

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QByteArray, Qt
-from PySide6.QtGui import QCloseEvent, QIcon, QKeySequence
-from PySide6.QtWidgets import QApplication, QDockWidget, QFileDialog, QMainWindow, QMessageBox, QWidget
+from PySide6.QtGui import QCloseEvent, QIcon, QKeySequence, QShowEvent
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMessageBox, QWidget
 
+from app.controllers import file_dialogs
 from app.controllers.needle_grid import NeedleController
 from app.controllers.pinning import PinController
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
@@ -29,16 +30,18 @@ from app.widgets.comparison import ComparisonView, MetricsPanel
 from app.widgets.controls import DEFAULTS, CompressionControls
 from app.widgets.heatmap import RetentionHeatmap
 from app.widgets.needle_panel import NeedlePanel
+from app.widgets.scrolling import scrolled
 from app.widgets.session_panel import SessionPanel, find_cached_models
 from app.widgets.status_area import StatusArea
 from app.widgets.sweep_panel import SweepPanel
+from app.window import layout
 from app.window.arrow_keys import ArrowKeyGuard
 from app.window.parts import StatsPane, build_menus
 from kvcore.defaults import DEFAULT_CONTINUATION_TOKENS
 from kvcore.model import checks as model_checks
 from kvcore.resources import demo_model_dir, prompts_dir, resources_dir
 
-DEFAULT_SIZE = (1440, 900)
+DEFAULT_SIZE = layout.LAPTOP_SIZE
 #: Jobs long enough that the run buttons wait for them (a recompress does not block Prefill).
 LONG_KINDS = {
     LOAD: "Loading model",
@@ -88,6 +91,7 @@ class MainWindow(QMainWindow):
         self.prefilled = False  # a prefill was asked for and stands (Host.prefilled)
         self._message_box: QMessageBox | None = None
         self._shut_down = False
+        self._restored_size = None  # the size settings gave, until the first show
 
         self.engine = EngineThread(self)
         self.engine.progressed.connect(self._on_progress)
@@ -132,27 +136,16 @@ class MainWindow(QMainWindow):
         self.exportCsvButton = self.statsPane.exportCsvButton
         self.status = StatusArea(self.statusBar())
 
-        self.sessionDock = self._dock("Session", self.sessionPanel, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.controlsDock = self._dock("Compression", self.controls, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.metricsDock = self._dock("Metrics", self.metricsPanel, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.comparisonDock = self._dock(
-            "Continuations", self.comparison, Qt.DockWidgetArea.BottomDockWidgetArea
-        )
-        self.statsDock = self._dock("Statistics", self.statsPane, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.splitDockWidget(self.comparisonDock, self.statsDock, Qt.Orientation.Horizontal)
+        self.sessionDock = self._dock("Session", self.sessionPanel)
+        self.controlsDock = self._dock("Compression", self.controls)
+        self.metricsDock = self._dock("Metrics", self.metricsPanel)
+        self.comparisonDock = self._dock("Continuations", self.comparison)
+        self.statsDock = self._dock("Statistics", self.statsPane)
         self.sweepPanel = SweepPanel()
-        self.sweepDock = self._dock("Sweep", self.sweepPanel, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.tabifyDockWidget(self.statsDock, self.sweepDock)
+        self.sweepDock = self._dock("Sweep", self.sweepPanel, scroll=False)
         self.needlePanel = NeedlePanel()
-        self.needleDock = self._dock("Needle grid", self.needlePanel, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.tabifyDockWidget(self.sweepDock, self.needleDock)
-        self.statsDock.raise_()
-        self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.resizeDocks([self.sessionDock, self.controlsDock], [360, 290], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.comparisonDock], [250], Qt.Orientation.Vertical)
-        self.resizeDocks([self.controlsDock, self.metricsDock], [320, 480], Qt.Orientation.Vertical)
-        self.resizeDocks([self.comparisonDock, self.statsDock], [540, 600], Qt.Orientation.Horizontal)
+        self.needleDock = self._dock("Needle grid", self.needlePanel, scroll=False)
+        layout.arrange_docks(self)
 
         panel = self.sessionPanel
         panel.loadRequested.connect(self.load_model)
@@ -162,6 +155,7 @@ class MainWindow(QMainWindow):
         panel.cancelRequested.connect(self.cancel)
         panel.tokenHovered.connect(self._on_token_hovered)
         self.controls.configChanged.connect(self.request_compression)
+        self.controls.methodCombo.currentIndexChanged.connect(self._on_method_changed)
         self.controls.autoRegenerateCheck.toggled.connect(self.request_compression)
         self.heatmap.hoverInfo.connect(self.status.show_hover)
         self.exportCsvButton.clicked.connect(self.export_csv_dialog)
@@ -185,14 +179,20 @@ class MainWindow(QMainWindow):
             self.needleDock,
         ]
 
-    def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+    def _dock(self, title: str, widget: QWidget, scroll: bool = True) -> QDockWidget:
+        """A movable, closable dock holding `widget`, in a scroll area unless it scrolls its own parts (the run
+        panels: their form and their grid scroll, their plot shrinks); layout.arrange_docks places it."""
         dock = QDockWidget(title, self, objectName=f"{widget.objectName() or title}Dock")
-        dock.setWidget(widget)
+        dock.setWidget(scrolled(widget) if scroll else widget)
         dock.setFeatures(
             QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetClosable
         )
-        self.addDockWidget(area, dock)
         return dock
+
+    def reset_layout(self) -> None:
+        """View ▸ Reset Layout: every dock back in its default place, the window clamped to its screen."""
+        layout.arrange_docks(self)
+        layout.clamp_to_screen(self)
 
     # -- requests (GUI thread; each becomes a job) -----------------------------------------------------
 
@@ -280,32 +280,35 @@ class MainWindow(QMainWindow):
         self.status.show(f"Exported {len(rows)} rows to {path}")
         return True
 
-    def export_image(self, path: str | Path) -> bool:
-        """Write the heatmap as PNG or SVG (by suffix)."""
-        return export_plot(self, self.heatmap, path, "heatmap", empty=self.heatmap.image_rgba().size == 0)
+    def export_image(self, path: str | Path, width: int | None = None) -> bool:
+        """Write the heatmap as PNG (`width` pixels wide) or SVG, by suffix."""
+        empty = self.heatmap.image_rgba().size == 0
+        return export_plot(self, self.heatmap, path, "heatmap", empty=empty, width=width)
 
-    def export_strip_image(self, path: str | Path) -> bool:
-        """Write the per-token strip as PNG or SVG (by suffix)."""
+    def export_strip_image(self, path: str | Path, width: int | None = None) -> bool:
+        """Write the per-token strip as PNG (`width` pixels wide) or SVG, by suffix."""
         strip = self.comparison.strip
-        return export_plot(self, strip, path, "per-token strip", empty=not strip.has_data())
+        return export_plot(self, strip, path, "per-token strip", empty=not strip.has_data(), width=width)
 
     def export_csv_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export statistics", "kvlens_stats.csv", "CSV (*.csv)")
+        path, _ = file_dialogs.save_path(
+            self, self.settings, file_dialogs.STATS, "Export statistics", "kvlens_stats.csv", "CSV (*.csv)"
+        )
         if path:
             self.export_csv(path)
 
     def export_image_dialog(self) -> None:
-        path = ask_image_path(self, "heatmap", "kvlens_heatmap")
-        if path:
-            self.export_image(path)
+        chosen = ask_image_path(self, "heatmap", "kvlens_heatmap", self.settings)
+        if chosen:
+            self.export_image(*chosen)
 
     def export_strip_dialog(self) -> None:
-        path = ask_image_path(self, "per-token strip", "kvlens_per_token")
-        if path:
-            self.export_strip_image(path)
+        chosen = ask_image_path(self, "per-token strip", "kvlens_per_token", self.settings)
+        if chosen:
+            self.export_strip_image(*chosen)
 
     def open_model_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open a model folder")
+        folder = file_dialogs.open_folder(self, self.settings, file_dialogs.MODELS, "Open a model folder")
         if folder:
             self.load_model(folder)
 
@@ -334,7 +337,10 @@ class MainWindow(QMainWindow):
             return
         self.sessionPanel.set_generated(seq.tokens, seq.prompt_len)
         cleared = self.sweeping.clear("it was measured on a shorter continuation")
-        if cleared:
+        if seq.cut_short:  # the cancel dropped the recompress queued behind it: ask again for what was kept
+            self.status.show(f"Generate cancelled; the tokens generated so far are kept. {cleared}".strip())
+            self.request_compression()
+        elif cleared:
             self.status.show(cleared)
 
     def _on_compressed(self, result: JobResult) -> None:
@@ -450,6 +456,13 @@ class MainWindow(QMainWindow):
             ("Recompressing…" if kind == COMPRESS else LONG_KINDS.get(kind, kind) + "…") if busy else ""
         )
 
+    def _on_method_changed(self, *_: object) -> None:
+        """Another method's budget rule: the last one's fallback note no longer applies."""
+        note = self.controls.budgetNoteLabel.text().removeprefix("⚠ ")
+        self.controls.set_budget_note(None)
+        if note:
+            self.status.retract(note)
+
     def _on_token_hovered(self, position: int) -> None:
         self.heatmap.highlight_position(position if position >= 0 else None)
 
@@ -477,6 +490,8 @@ class MainWindow(QMainWindow):
         s = self.settings
         if s.geometry:
             self.restoreGeometry(QByteArray.fromBase64(s.geometry.encode("ascii")))
+        layout.clamp_to_screen(self)
+        self._restored_size = self.size()
         if s.last_prompt:
             self.sessionPanel.promptEdit.setPlainText(s.last_prompt)
         self.sessionPanel.chatTemplateCheck.setChecked(s.chat_template)
@@ -528,6 +543,16 @@ class MainWindow(QMainWindow):
         if warning:
             self.status.warn(warning)
         self.engine.shutdown()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt API)
+        super().showEvent(event)
+        # The frame's size is known once shown: clamp the restored (or default) geometry again with it, unless
+        # the caller has sized the window since.
+        if self._restored_size is not None:
+            if self.size() == self._restored_size:
+                layout.clamp_to_screen(self)
+            layout.size_docks(self)
+        self._restored_size = None
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt API)
         self.shut_down()

@@ -29,6 +29,7 @@ from app.controllers.session_files import OPEN_SHORTCUT, SAVE_SHORTCUT, SessionF
 from app.controllers.sweep import SweepController
 from app.settings import Settings
 from app.widgets.stats_table import StatsTable
+from app.window.layout import RESET_LAYOUT_SHORTCUT
 from kvcore import __version__
 
 
@@ -63,6 +64,8 @@ class MenuOwner(Protocol):
 
     def cancel(self) -> None: ...
 
+    def reset_layout(self) -> None: ...
+
 
 class StatsPane(QWidget):
     """The per-(layer, kv-head) table with its export buttons."""
@@ -75,7 +78,7 @@ class StatsPane(QWidget):
         self.exportCsvButton = QPushButton("Export CSV…", objectName="exportCsvButton")
         keys = QKeySequence("Ctrl+E").toString(QKeySequence.SequenceFormat.NativeText)
         self.exportCsvButton.setToolTip(f"Save the table as CSV ({keys})")
-        self.exportImageButton = QPushButton("Export image…", objectName="exportImageButton")
+        self.exportImageButton = QPushButton("Export heatmap image…", objectName="exportImageButton")
         self.exportImageButton.setToolTip("Save the heatmap as PNG or SVG")
         buttons = QHBoxLayout()
         buttons.addStretch(1)
@@ -105,6 +108,7 @@ class WindowActions:
     step: QAction
     generate: QAction
     cancel: QAction
+    reset_layout: QAction
     owner: MenuOwner
 
     def rebuild_recent(self, models: list[str]) -> None:
@@ -203,6 +207,15 @@ def build_menus(owner: MenuOwner) -> WindowActions:
     view_menu.addSeparator()
     view_menu.addAction(owner.sweeping.show_action)
     view_menu.addAction(owner.needles.show_action)
+    view_menu.addSeparator()
+    reset_layout = _action(
+        window,
+        "&Reset Layout",
+        owner.reset_layout,
+        RESET_LAYOUT_SHORTCUT,
+        "Put every panel back in its place and fit the window to the screen",
+    )
+    view_menu.addAction(reset_layout)
 
     compare_menu = bar.addMenu("&Compare")
     for action in owner.pinning.actions:
@@ -228,6 +241,7 @@ def build_menus(owner: MenuOwner) -> WindowActions:
         step,
         generate,
         cancel,
+        reset_layout,
         owner,
     )
     actions.rebuild_recent(owner.settings.recent_models)

@@ -104,3 +104,26 @@ def test_recent_sessions_are_checked_and_kept_in_order(tmp_path):
     assert settings.recent_sessions[:2] == ["3.kvlens", f"{MAX_RECENT + 1}.kvlens"]
     assert len(settings.recent_sessions) == MAX_RECENT
     assert settings.save() is None and Settings.load(path)[0].recent_sessions == settings.recent_sessions
+
+
+def test_each_kind_of_dialog_remembers_its_own_folder(tmp_path):
+    stats, images = tmp_path / "stats", tmp_path / "images"
+    stats.mkdir(), images.mkdir()
+    s = Settings()
+    assert s.folder_for("stats") == ""
+    s.remember_folder("stats", stats / "kvlens_stats.csv")
+    s.remember_folder("images", images)
+    path = tmp_path / "settings.json"
+    assert s.save(path) is None
+    loaded, warning = Settings.load(path)
+    assert warning is None
+    assert (loaded.folder_for("stats"), loaded.folder_for("images")) == (str(stats), str(images))
+    stats.rmdir()
+    assert loaded.folder_for("stats") == "", "a folder that is gone is not offered"
+
+
+def test_bad_last_folders_fall_back_with_a_warning(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"last_folders": {"stats": 3}}), encoding="utf-8")
+    loaded, warning = Settings.load(path)
+    assert loaded.last_folders == {} and "last_folders" in warning

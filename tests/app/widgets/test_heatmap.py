@@ -279,3 +279,16 @@ def test_a_narrow_view_of_many_positions_paints(qtbot):
     assert frame.width() > 0
     assert widget.image_rgba().shape == (rows, length, 4)
     assert widget.image.image.shape[1] <= widget.plot.vb.width() * widget.devicePixelRatioF() + 1
+
+
+def test_png_export_is_1600_px_wide_by_default_or_the_width_asked_and_the_view_is_restored(heatmap, tmp_path):
+    from PySide6.QtGui import QImage
+
+    from app.widgets.plot_export import DEFAULT_EXPORT_WIDTH
+
+    shown = heatmap.graphics.ci.geometry()
+    heatmap.export_image(tmp_path / "default.png")
+    heatmap.export_image(tmp_path / "narrow.png", width=900)
+    assert QImage(str(tmp_path / "default.png")).width() == DEFAULT_EXPORT_WIDTH >= 1600
+    assert QImage(str(tmp_path / "narrow.png")).width() == 900
+    assert heatmap.graphics.ci.geometry() == shown, "the on-screen layout is put back after the export"

@@ -27,7 +27,12 @@ def test_pyramidkv_fallback_is_shown_and_cleared(qapp, model_dirs, tmp_path):
         assert not window.controls.budgetNoteLabel.isHidden() and "uniform" in note
         assert window.status.last_warning and window.status.last_warning in note
         assert {r["budget_note"] for r in window.statsTable.rows()} == {window.status.last_warning}
-        shown_after(window, lambda: combo.setCurrentText("snapkv"))
+        combo.setCurrentText("snapkv")  # cleared at once, before the new result arrives
+        assert window.controls.budgetNoteLabel.isHidden() and window.status.last_warning is None
+        assert (
+            window.statusBar().currentMessage() == "" or "uniform" not in window.statusBar().currentMessage()
+        )
+        shown_after(window, lambda: None)
         assert window.controls.budgetNoteLabel.isHidden()
         assert {r["budget_note"] for r in window.statsTable.rows()} == {""}
     finally:
