@@ -341,6 +341,7 @@ class FrontierPlot(QWidget):
                 units="B" if bytes_axis else None,
             )
             self.plot.setLabel("left", self._y_label(short=True))
+            self.plot.enableAutoRange()  # new points, metric or axis: all in view (a user's zoom was for the old)
         xs, ys = self.xy()
         plotted_y = np.maximum(ys, LOG_FLOOR) if metric.log else ys
         groups: dict[tuple[str, tuple[int, int]], list[int]] = {}

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QDockWidget, QMainWindow, QWidget
 LAPTOP_SIZE = (1280, 800)
 #: Default widths of the left (Session) and right (Compression, Metrics) columns, and the bottom row's height.
 SIDE_WIDTHS = (300, 290)
-BOTTOM_HEIGHT = 270
+BOTTOM_HEIGHT = 300
 RESET_LAYOUT_SHORTCUT = "Ctrl+Shift+L"
 
 

@@ -63,3 +63,15 @@ def test_every_needle_panel_keeps_a_readable_size_and_scrolls(qapp):
     first = grid.cell_scene_position(6, 1, 2)
     assert grid.cell_at(first) == (6, 1, 2), "cells are found after the panels move"
     panel.close()
+
+
+def test_the_frontier_auto_ranges_when_its_points_change(qapp):
+    panel = SweepPanel()
+    panel.resize(900, 400)
+    panel.show()
+    frontier = panel.frontier
+    frontier.plot.setXRange(500, 600)  # a user's zoom, away from any data
+    assert not frontier.plot.vb.autoRangeEnabled()[0]
+    frontier.set_metric("agreement")
+    assert frontier.plot.vb.autoRangeEnabled()[0], "a new metric shows every point again"
+    panel.close()
