@@ -10,7 +10,15 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 from app.settings import Settings
 
 #: The kinds of dialog that keep their own folder.
-STATS, IMAGES, MODELS, RESULTS, SWEEPS, PROBES = "stats", "images", "models", "results", "sweeps", "probes"
+STATS, IMAGES, MODELS, RESULTS, SWEEPS, PROBES, SESSIONS = (
+    "stats",
+    "images",
+    "models",
+    "results",
+    "sweeps",
+    "probes",
+    "sessions",
+)
 
 
 def _start(settings: Settings, kind: str, name: str = "") -> str:

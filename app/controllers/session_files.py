@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PySide6.QtWidgets import QFileDialog
 
+from app.controllers import file_dialogs
 from app.controllers.host import Host
 from app.controllers.pinning import PinController
 from app.controllers.session_checks import SavedScreen, check_restored, check_saved
@@ -143,7 +143,14 @@ class SessionFiles:
         )
 
     def save_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self.host.widget, "Save session", "session.kvlens", FILTER)
+        path, _ = file_dialogs.save_path(
+            self.host.widget,
+            self.host.settings,
+            file_dialogs.SESSIONS,
+            "Save session",
+            "session.kvlens",
+            FILTER,
+        )
         if path:
             self.save(path)
 
@@ -160,7 +167,9 @@ class SessionFiles:
         )
 
     def open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.host.widget, "Open session", "", FILTER)
+        path = file_dialogs.open_path(
+            self.host.widget, self.host.settings, file_dialogs.SESSIONS, "Open session", FILTER
+        )
         if path:
             self.open(path)
 

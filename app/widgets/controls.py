@@ -57,6 +57,7 @@ class CompressionControls(QWidget):
         super().__init__(parent)
         self.setObjectName("compressionControls")
         self._head_dim: int | None = None
+        self._baseline = ""  # the dense cache's element type, once a model is loaded
         self._value_dim: int | None = None
         self._per_head_choice = bool(DEFAULTS["per_head"])  # the user's, kept while a method forces the box
         self._build_ui(methods or list(available()))
@@ -296,6 +297,12 @@ class CompressionControls(QWidget):
         self._head_dim, self._value_dim = head_dim, value_dim or head_dim
         self._changed()
 
+    def set_baseline(self, dtype: str) -> None:
+        """Name what an unquantized side stores (the model's cache dtype: float32 on MLX's CPU, bfloat16 on a
+        Mac), so "off" never hides a float32 baseline behind a "16"."""
+        self._baseline = dtype
+        self._update_labels()
+
     def set_budget_note(self, note: str | None) -> None:
         """Show why the last result's budget rule fell back to uniform counts (pyramidkv); hide when it did not."""
         self.budgetNoteLabel.setText(f"⚠ {note}" if note else "")
@@ -332,12 +339,13 @@ class CompressionControls(QWidget):
 
     def _update_labels(self) -> None:
         self.retentionLabel.setText(f"{self.retentionSlider.value()} %")
-        bits = BITS_STEPS[self.bitsSlider.value()]
-        self.bitsLabel.setText(f"{bits} (off)" if bits == UNQUANTIZED_BITS else f"{bits}-bit")
-        value_bits = BITS_STEPS[self.valueBitsSlider.value()]
-        self.valueBitsLabel.setText(
-            f"{value_bits} (off)" if value_bits == UNQUANTIZED_BITS else f"{value_bits}-bit"
-        )
+        self.bitsLabel.setText(self._width_text(BITS_STEPS[self.bitsSlider.value()]))
+        self.valueBitsLabel.setText(self._width_text(BITS_STEPS[self.valueBitsSlider.value()]))
+
+    def _width_text(self, bits: int) -> str:
+        if bits != UNQUANTIZED_BITS:
+            return f"{bits}-bit"
+        return f"off ({self._baseline})" if self._baseline else f"{bits} (off)"
 
     def _update_validity(self) -> None:
         """Grey out what the current choice makes meaningless or invalid, and say why."""

@@ -34,6 +34,7 @@ from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from kvcore.cache import index_checks
 from kvcore.defaults import DEFAULT_GROUP_SIZE, DEFAULT_QUANT, UNQUANTIZED_BITS
+from kvcore.model.loading import dtype_name
 from kvcore.quant import QuantScheme
 from kvcore.quant import get as get_scheme
 
@@ -825,5 +826,5 @@ def element_type(cache: Sequence[Any]) -> str:
     for layer in cache:
         keys = getattr(layer, "keys", None)
         if isinstance(keys, mx.array):
-            return str(keys.dtype).rsplit(".", 1)[-1]
+            return dtype_name(keys.dtype)
     return ""

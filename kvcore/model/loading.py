@@ -48,6 +48,9 @@ class ModelInfo:
     latent_rope_dim: int = 0
     # Width of the cached values where it differs from head_dim (deepseek_v2: v_head_dim; MLA: the RoPE part).
     value_head_dim: int = 0
+    #: The dense cache's element type ("float32" on MLX's CPU backend, "bfloat16" on a Mac): what "not quantized"
+    #: stores, so the app names it instead of a bare "16".
+    cache_dtype: str = ""
 
     @property
     def query_dim(self) -> int:
@@ -182,10 +185,10 @@ def model_info(model: nn.Module, config: dict, path: Path) -> ModelInfo:
     n_q = int(text.get("num_attention_heads", 0))
     n_kv = int(text.get("num_key_value_heads") or n_q)
     head_dim = int(text.get("head_dim") or (text.get("hidden_size", 0) // max(n_q, 1)))
-    value_dim = head_dim
+    value_dim, cache_dtype = head_dim, ""
     cached = cached_shapes(model)
     if cached is not None:
-        n_kv, head_dim, value_dim = cached
+        n_kv, head_dim, value_dim, cache_dtype = cached
     latent = mla.latent_dims(model)
     ctx = text.get("max_position_embeddings")
     name = path.name if path.exists() else str(path)
@@ -201,11 +204,13 @@ def model_info(model: nn.Module, config: dict, path: Path) -> ModelInfo:
         vocab_size=text.get("vocab_size"),
         latent_rope_dim=latent[1] if latent is not None else 0,
         value_head_dim=value_dim if value_dim != head_dim else 0,
+        cache_dtype=cache_dtype,
     )
 
 
-def cached_shapes(model: nn.Module) -> tuple[int, int, int] | None:
-    """(kv-heads, key width, value width) of the first cache that holds keys after a 1-token forward, or None.
+def cached_shapes(model: nn.Module) -> tuple[int, int, int, str] | None:
+    """(kv-heads, key width, value width, element type) of the first cache that holds keys after a 1-token
+    forward, or None.
 
     Only the graph is built (shapes are known before evaluation), so nothing is computed."""
     from mlx_lm.models.cache import make_prompt_cache
@@ -215,5 +220,10 @@ def cached_shapes(model: nn.Module) -> tuple[int, int, int] | None:
     for layer in cache:
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
         if isinstance(keys, mx.array) and isinstance(values, mx.array):
-            return int(keys.shape[1]), int(keys.shape[-1]), int(values.shape[-1])
+            return int(keys.shape[1]), int(keys.shape[-1]), int(values.shape[-1]), dtype_name(keys.dtype)
     return None
+
+
+def dtype_name(dtype: mx.Dtype) -> str:
+    """ "float32" for mx.float32: the name a CSV cell and a label show."""
+    return str(dtype).rsplit(".", 1)[-1]

@@ -266,3 +266,12 @@ def test_the_bits_slider_skips_widths_the_scheme_does_not_pack(controls, qtbot):
     assert values == [None, 4]
     controls.set_config({"quant": "affine"})
     assert "packs" not in controls.bitsSlider.toolTip()
+
+
+def test_unquantized_names_the_baseline_it_stores(controls):
+    controls.set_config({"bits": None})
+    assert controls.bitsLabel.text() == "16 (off)"  # no model yet: the width the slider means
+    controls.set_baseline("float32")
+    assert controls.bitsLabel.text() == "off (float32)"
+    controls.set_config({"bits": 8, "value_bits": 16})
+    assert controls.bitsLabel.text() == "8-bit" and controls.valueBitsLabel.text() == "off (float32)"

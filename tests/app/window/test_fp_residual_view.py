@@ -18,6 +18,9 @@ def test_a_residual_longer_than_the_prompt_is_drawn_as_the_controls_say(qapp, mo
     window.show()
     try:
         wait_until(lambda: window.model_info is not None)
+        assert window.model_info.cache_dtype == "float32"  # MLX's CPU backend upcasts half precision
+        window.controls.set_config({"bits": None})
+        assert window.controls.bitsLabel.text() == "off (float32)"
         window.prefill(PROMPT)
         wait_until(lambda: window.displayed_ids)
         config = {"method": "full", "ratio": 1.0, "bits": 4, "group_size": 32, "fp_recent": 1200}
