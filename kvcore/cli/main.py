@@ -671,6 +671,7 @@ def _os_error(exc: OSError) -> str:
 def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
     """Entry point for `kvlens <subcommand>`; returns the exit status. `plot_writer` draws `sweep --plot`."""
     from kvcore.model.loading import ModelLoadError
+    from kvcore.sets.ranks import RankLost
 
     args = _parser().parse_args(argv)
     if args.command == "methods":
@@ -681,6 +682,12 @@ def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
     try:
         _check_args(args)
         return _probe(args) if args.command == "probe" else _one_prompt(args, plot_writer)
+    except (
+        RankLost
+    ) as exc:  # another rank died: the finished rounds are kept, as when mlx.launch stops this one
+        end_progress(only_if_drawn=True)
+        print(f"kvlens: error: {exc}", file=sys.stderr)
+        return 1
     except (UsageError, ModelLoadError, ValueError) as exc:
         end_progress(only_if_drawn=True)
         print(f"kvlens: error: {' '.join(str(exc).split())}", file=sys.stderr)

@@ -53,6 +53,8 @@ def _report_sigterm(ranks: Any) -> None:
     def wait() -> None:
         while os.read(read_end, 1) != bytes([signal.SIGTERM]):
             pass
+        if ranks.reported:  # the main thread named the lost rank already
+            os._exit(1)
         if ranks.rank == 0 and not ranks.finished:
             with contextlib.suppress(OSError, ValueError):
                 sys.stderr.write(f"\nkvlens: error: {ranks.lost()}\n")

@@ -16,6 +16,9 @@ import socket
 
 import numpy as np
 
+#: A gathered length above this is not a payload but what a collective reads from a peer that died mid-send.
+MAX_GATHER_BYTES = 1 << 34
+
 
 class RankLost(ValueError):
     """A collective failed: another rank died or the network between them dropped."""
@@ -34,6 +37,9 @@ class Ranks:
         self.gathers = 0
         self.peers: list[dict] = []  # every rank's {"pid", "host"}: which one died, when one does
         self.finished = False  # set once the work and the files are done: a SIGTERM then is no loss
+        self.reported = (
+            False  # set once a lost rank was named: the launcher's SIGTERM then adds no second line
+        )
         if self.size > 1:
             from kvcore.sets.launch_guard import guard
 
@@ -56,14 +62,17 @@ class Ranks:
         try:
             lengths = mx.distributed.all_gather(mx.array([len(data)], dtype=mx.int64), group=self.group)
             lengths = [int(n) for n in np.array(lengths)]
+            if min(lengths) < 0 or max(lengths) > MAX_GATHER_BYTES:
+                raise RuntimeError(f"a rank sent a length of {max(lengths)} bytes")
             width = max(max(lengths), 1)
             padded = np.zeros(width, dtype=np.uint8)
             padded[: len(data)] = np.frombuffer(data, dtype=np.uint8)
             out = np.array(mx.distributed.all_gather(mx.array(padded), group=self.group)).reshape(
                 self.size, width
             )
-        except RuntimeError as exc:
-            raise RankLost(f"{self.lost()} (the collective failed: {exc})") from None
+        except (RuntimeError, MemoryError):
+            self.reported = True
+            raise RankLost(self.lost()) from None
         return [out[r, : lengths[r]].tobytes() for r in range(self.size)], width
 
     def dead(self) -> list[int]:

@@ -71,3 +71,14 @@ def test_values_carry_across_methods_and_forced_per_head_keeps_the_users_choice(
     assert controls.config()["per_head"] is True and not controls.perHeadCheck.isEnabled()
     controls.methodCombo.setCurrentText("snapkv")
     assert controls.config()["per_head"] is False  # the user's choice, not the one adakv forced
+
+
+def test_per_head_is_unchanged_after_snapkv_tova_snapkv(qtbot):
+    """Issue 37: tova forced Per-head off and snapkv came back with it off, changing the result unseen."""
+    controls = _controls(qtbot)
+    controls.set_config({"method": "snapkv", "per_head": True})
+    controls.methodCombo.setCurrentText("tova")
+    assert controls.config()["per_head"] is False and not controls.perHeadCheck.isEnabled()
+    assert "tova keeps the same positions" in controls.perHeadCheck.toolTip()
+    controls.methodCombo.setCurrentText("snapkv")
+    assert controls.config()["per_head"] is True and controls.perHeadCheck.isEnabled()
