@@ -54,7 +54,9 @@ def test_every_value_the_walkthrough_quotes_is_written(session):
     assert _written(session, "adakv", 0.10, "mlx-lm") != DENSE  # the mlx-lm schedule hides the question's end
     others = ("snapkv", "pyramidkv", "streaming_llm", "h2o", "tova", "random")
     assert all(_written(session, m, 0.10, "paper") != DENSE for m in others)  # "only adakv" at 10 %
-    assert session.compress(CompressionConfig("pyramidkv", 0.25)).budget_note  # its fallback, as the README says
+    assert session.compress(
+        CompressionConfig("pyramidkv", 0.25)
+    ).budget_note  # its fallback, as the README says
 
 
 def test_the_readme_quotes_the_same_values():
