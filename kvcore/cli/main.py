@@ -96,6 +96,13 @@ def _parser() -> argparse.ArgumentParser:
             "--prompt", "-p", help="the prompt text ('\\n' and '\\t' read as in mlx-lm), or - for stdin"
         )
         source.add_argument("--prompt-file", type=Path, help="a UTF-8 file holding the prompt")
+        if name == "compress":
+            source.add_argument(
+                "--context-file",
+                dest="prompt_file",
+                type=Path,
+                help="with --questions: the context (a UTF-8 file)",
+            )
         source.add_argument(
             "--session",
             type=Path,
@@ -133,6 +140,13 @@ def _parser() -> argparse.ArgumentParser:
                 "16 keeps them float (--key-bits 4 --value-bits 16, or --key-bits 16 --value-bits 4)",
             )
             s.add_argument("--positions", type=Path, help="kept positions as JSON")
+            s.add_argument(
+                "--questions",
+                type=Path,
+                help="a JSONL file of {question, answer?} lines: the prompt is the context, compressed once; each "
+                "question is then appended to it and answered from the dense and the compressed cache "
+                "(query-agnostic, as kvpress evaluates)",
+            )
             s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
         else:
             s.add_argument("--methods", default=",".join(DEFAULT_SWEEP_METHODS))
@@ -506,6 +520,11 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
         configs = _configs(args)
     if args.tokens < 1:
         raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
+    questions = None
+    if getattr(args, "questions", None) is not None:
+        from kvcore.sets.questions_file import load_questions
+
+        questions = load_questions(args.questions)  # a bad file is refused before the model loads
 
     from kvcore.engine.session import Session
     from kvcore.engine.sweep import check_group_size
@@ -531,7 +550,7 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
             prompt, n_tokens=args.tokens, chat_template=args.chat_template, system_prompt=args.system_prompt
         )
     if args.command == "compress":
-        return _compress(args, session, configs[0])
+        return _compress(args, session, configs[0], questions)
     return _sweep(args, session, configs, plot_writer)
 
 
@@ -573,7 +592,8 @@ def _sweep(args: argparse.Namespace, session: Any, configs: list, plot_writer: P
     return 0
 
 
-def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
+def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list | None = None) -> int:
+    from kvcore.engine.questions import accuracy
     from kvcore.engine.sweep import summary_row
 
     state = session.compress(cfg)
@@ -581,6 +601,10 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
         print(f"kvlens: note: {state.budget_note}", file=sys.stderr)
     regen = session.regenerate(state)
     summary = {**summary_row(regen.metrics), "budget_note": state.budget_note}
+    answers = [session.answer(state, q, args.tokens) for q in questions or ()]
+    if answers:
+        summary["accuracy_dense"] = accuracy(answers, compressed=False)
+        summary["accuracy_compressed"] = accuracy(answers, compressed=True)
     if args.csv is not None:
         write_csv(args.csv, state.stats_rows, STATS_COLUMNS)
     if args.positions is not None:
@@ -597,9 +621,15 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any) -> int:
             },
         )
     if args.json:
-        print(json.dumps(_json_safe({**cfg.describe(), **summary}), allow_nan=False))
+        rows = {"questions": [a.row() for a in answers]} if answers else {}
+        print(json.dumps(_json_safe({**cfg.describe(), **summary, **rows}), allow_nan=False))
     else:
         _print_human(session, summary, regen.tokens)
+        for a in answers:
+            mark = {True: " ✓", False: " ✗", None: ""}
+            print(f"Q: {a.question.text!r}")
+            print(f"  dense:      {a.dense_text!r}{mark[a.dense_correct]}")
+            print(f"  compressed: {a.compressed_text!r}{mark[a.compressed_correct]}")
     return 0
 
 

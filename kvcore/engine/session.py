@@ -52,6 +52,7 @@ from kvcore.defaults import (
     UNQUANTIZED_BITS,
     bits_or_none,
 )
+from kvcore.engine.questions import Answer, Question
 from kvcore.measure import metrics
 from kvcore.methods import Method, available
 from kvcore.methods import get as get_method
@@ -800,6 +801,42 @@ class Session:
             first = self.dense_tokens[0]
             return [first, *self._greedy(branch, first, n - 1, should_cancel)]
         return self._greedy(branch, self.prompt_ids[-1], n, should_cancel)
+
+    def answer(self, state: CompressedState, question: Question, n: int) -> Answer:
+        """Query-agnostic: `question` appended to copies of the dense and the compressed cache of the prefilled
+        context (neither changes), each answered greedily for n tokens (kvcore.engine.questions)."""
+        self._check_thread()
+        self._require_prefill()
+        if n < 1:
+            raise ValueError(f"tokens to generate must be at least 1, got {n}")
+        ids = self.tokenizer.encode(question.text, add_special_tokens=False)
+        if not ids:
+            raise ValueError(f"question {question.text!r} is empty: give it some text")
+        schedule = state.config.schedule
+        # Under mlx-lm the caches stop one token short of the context: its last token goes in with the question.
+        feed = [*([] if schedule == "paper" else [self.prompt_ids[-1]]), *ids]
+        dense_cache = self._observed(schedule).cache
+        dense_tokens = self._answer_tokens(dense_cache, feed, n)
+        comp_tokens = self._answer_tokens(state.cache, feed, n)
+        forced = [*feed, *dense_tokens[:-1]]
+        dense_logits = self._logits_after(dense_cache, forced, n)
+        comp_logits = self._logits_after(state.cache, forced, n)
+        scores = metrics.teacher_forced(dense_logits, comp_logits, np.array(dense_tokens, np.int64))
+        decode = self.tokenizer.decode
+        return Answer(question, decode(dense_tokens), decode(comp_tokens), dense_tokens, comp_tokens, scores)
+
+    def _answer_tokens(self, cache: list[Any], feed: Sequence[int], n: int) -> list[int]:
+        branch = caches.copy_cache(cache)
+        if len(feed) > 1:
+            self.model(mx.array([list(feed[:-1])]), cache=branch)
+            self.forward_calls += 1
+        return self._greedy(branch, feed[-1], n, None)
+
+    def _logits_after(self, cache: list[Any], tokens: Sequence[int], n: int) -> np.ndarray:
+        """The last n rows of logits [n, V] of `tokens` fed through a copy of `cache` (float32)."""
+        logits = self.model(mx.array([list(tokens)]), cache=caches.copy_cache(cache))
+        self.forward_calls += 1
+        return np.array(logits[0, -n:].astype(mx.float32))
 
     # -- conveniences ---------------------------------------------------------------------------------------
     def token_texts(self, ids: Sequence[int]) -> list[str]:

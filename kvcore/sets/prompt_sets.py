@@ -12,8 +12,10 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: File types a prompt folder contributes.
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", ".py")
@@ -146,6 +148,27 @@ def _from_jsonl(path: Path) -> list[PromptItem]:
 
 def _parse_line(line: str, where: str) -> PromptItem:
     example = 'write {"id": "doc1", "prompt": "…", "answer": "…"} (answer optional)'
+    obj = json_record(line, where, example, ("id", "prompt", "answer"), ("id", "prompt"))
+    pid = obj["id"]
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        pid = str(pid)
+    if not isinstance(pid, str) or not pid.strip():
+        raise PromptSetError(f"{where}: 'id' must be a non-empty string or an integer; {example}")
+    _check_text(pid, "id", where, example)
+    prompt = text_field(obj, "prompt", where, example)
+    answer = text_field(obj, "answer", where, example, required=False)
+    if len(prompt.encode("utf-8")) > MAX_PROMPT_BYTES:
+        raise PromptSetError(
+            f"{where}: the prompt is over the {MAX_PROMPT_BYTES:,}-byte limit (more text than a model's "
+            "context holds); shorten it"
+        )
+    return PromptItem(pid, prompt, answer)
+
+
+def json_record(
+    line: str, where: str, example: str, keys: Sequence[str], required: Sequence[str]
+) -> dict[str, Any]:
+    """One JSONL line as a flat object with only `keys` and every `required` key; PromptSetError naming `where`."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -156,33 +179,33 @@ def _parse_line(line: str, where: str) -> PromptItem:
         ) from None
     if not isinstance(obj, dict):
         raise PromptSetError(f"{where}: a JSON {type(obj).__name__}, not an object; {example}")
-    unknown = sorted(set(obj) - {"id", "prompt", "answer"})
+    unknown = sorted(set(obj) - set(keys))
     if unknown:
         raise PromptSetError(f"{where}: unknown key {', '.join(map(repr, unknown))}; {example}")
-    for key in ("id", "prompt"):
+    for key in required:
         if key not in obj:
             raise PromptSetError(f"{where}: no {key!r}; {example}")
-    pid, prompt, answer = obj["id"], obj["prompt"], obj.get("answer")
-    if isinstance(pid, int) and not isinstance(pid, bool):
-        pid = str(pid)
-    if not isinstance(pid, str) or not pid.strip():
-        raise PromptSetError(f"{where}: 'id' must be a non-empty string or an integer; {example}")
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise PromptSetError(f"{where}: 'prompt' must be non-empty text; {example}")
-    if answer is not None and (not isinstance(answer, str) or not answer):
-        raise PromptSetError(f"{where}: 'answer' must be non-empty text or left out; {example}")
-    for key, value in (("id", pid), ("prompt", prompt), ("answer", answer)):
-        if value is not None and not _is_text(value):
-            raise PromptSetError(
-                f"{where}: {key!r} holds a lone surrogate escape (\\ud800-\\udfff), which is not text; "
-                "write the character itself or a full surrogate pair"
-            )
-    if len(prompt.encode("utf-8")) > MAX_PROMPT_BYTES:
+    return obj
+
+
+def text_field(obj: dict[str, Any], key: str, where: str, example: str, required: bool = True) -> str | None:
+    """obj[key] as non-empty text (None when it is left out and not `required`)."""
+    value = obj.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not (value.strip() if required else value):
+        also = "" if required else " or left out"
+        raise PromptSetError(f"{where}: {key!r} must be non-empty text{also}; {example}")
+    _check_text(value, key, where, example)
+    return value
+
+
+def _check_text(value: str, key: str, where: str, example: str) -> None:
+    if not _is_text(value):
         raise PromptSetError(
-            f"{where}: the prompt is over the {MAX_PROMPT_BYTES:,}-byte limit (more text than a model's "
-            "context holds); shorten it"
+            f"{where}: {key!r} holds a lone surrogate escape (\\ud800-\\udfff), which is not text; "
+            "write the character itself or a full surrogate pair"
         )
-    return PromptItem(pid, prompt, answer)
 
 
 def _is_text(value: str) -> bool:
