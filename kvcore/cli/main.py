@@ -147,6 +147,12 @@ def _parser() -> argparse.ArgumentParser:
                 "question is then appended to it and answered from the dense and the compressed cache "
                 "(query-agnostic, as kvpress evaluates)",
             )
+            s.add_argument(
+                "--query-aware",
+                action="store_true",
+                help="with --questions: prefill and compress context and question together, one prefill a "
+                "question (the question is then in every observation window)",
+            )
             s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
         else:
             s.add_argument("--methods", default=",".join(DEFAULT_SWEEP_METHODS))
@@ -525,6 +531,8 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
         from kvcore.sets.questions_file import load_questions
 
         questions = load_questions(args.questions)  # a bad file is refused before the model loads
+    elif getattr(args, "query_aware", False):
+        raise UsageError("--query-aware applies to --questions: give a question file, or drop --query-aware")
 
     from kvcore.engine.session import Session
     from kvcore.engine.sweep import check_group_size
@@ -601,7 +609,13 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
         print(f"kvlens: note: {state.budget_note}", file=sys.stderr)
     regen = session.regenerate(state)
     summary = {**summary_row(regen.metrics), "budget_note": state.budget_note}
-    answers = [session.answer(state, q, args.tokens) for q in questions or ()]
+    if questions and args.query_aware:
+        from kvcore.engine.questions import answer_query_aware
+
+        context = list(session.prompt_ids)
+        answers = [answer_query_aware(session, context, q, cfg, args.tokens) for q in questions]
+    else:
+        answers = [session.answer(state, q, args.tokens) for q in questions or ()]
     if answers:
         summary["accuracy_dense"] = accuracy(answers, compressed=False)
         summary["accuracy_compressed"] = accuracy(answers, compressed=True)

@@ -58,3 +58,17 @@ def accuracy(answers: list[Answer], compressed: bool) -> float | None:
     scored = [a.compressed_correct if compressed else a.dense_correct for a in answers]
     scored = [s for s in scored if s is not None]
     return sum(scored) / len(scored) if scored else None
+
+
+def answer_query_aware(
+    session: Any, context_ids: list[int], question: Question, config: Any, n: int
+) -> Answer:
+    """Query-aware (KV Lens's default, SnapKV's papers): context and question prefilled and compressed together, so
+    the question sits in every observation window. One prefill a question; the session then holds that prompt."""
+    ids = [*context_ids, *session.tokenizer.encode(question.text, add_special_tokens=False)]
+    session.prefill(ids, n)
+    state = session.compress(config)
+    regen = session.regenerate(state, n)
+    decode = session.tokenizer.decode
+    dense = list(session.dense_tokens[:n])
+    return Answer(question, decode(dense), decode(regen.tokens), dense, list(regen.tokens), regen.metrics)

@@ -24,9 +24,9 @@ def files(tmp_path) -> tuple[Path, Path]:
     return context, questions
 
 
-def _ask(files, capsys, method: str, ratio: float) -> dict:
+def _ask(files, capsys, method: str, ratio: float, *extra: str) -> dict:
     context, questions = files
-    argv = ["compress", "--model", str(demo_model_dir()), "--context-file", str(context)]
+    argv = ["compress", "--model", str(demo_model_dir()), "--context-file", str(context), *extra]
     argv += [
         "--questions",
         str(questions),
@@ -49,6 +49,11 @@ def test_one_compression_answers_every_question_and_shows_what_snapkv_loses_with
     snapkv = _ask(files, capsys, "snapkv", 0.25)  # the question was not in its observation window
     assert snapkv["questions"][0]["dense_correct"] and not snapkv["questions"][0]["compressed_correct"]
     assert snapkv["accuracy_compressed"] == 0.0 and snapkv["questions"][1]["compressed_correct"] is None
+    aware = _ask(
+        files, capsys, "snapkv", 0.25, "--query-aware"
+    )  # the question in its window: it keeps the value
+    assert aware["questions"][0]["compressed_correct"] and aware["accuracy_compressed"] == 1.0
+    assert [q["dense"] for q in aware["questions"]] == [q["dense"] for q in snapkv["questions"]]
 
 
 @pytest.mark.parametrize(
