@@ -38,6 +38,13 @@ def show_run_dock(window: QMainWindow, dock: QDockWidget) -> None:
         window.resizeDocks([dock], [tall], Qt.Orientation.Vertical)
 
 
+def baseline_dtype(host: Host) -> str | None:
+    """The loaded model's dense cache element type ('float32' on MLX's CPU, 'bfloat16' on a Mac): what a label says
+    for an unquantized side. None before a model is loaded."""
+    info = host.model_info
+    return (info.cache_dtype or None) if info is not None else None
+
+
 class Host(Protocol):
     """The window as its controllers see it."""
 

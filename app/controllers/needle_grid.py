@@ -11,7 +11,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget
 
 from app.controllers.file_dialogs import PROBES, save_path
-from app.controllers.host import Host, show_run_dock
+from app.controllers.host import Host, baseline_dtype, show_run_dock
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
 from app.engine import jobs
 from app.engine.thread import JobFailure, JobResult
@@ -80,7 +80,10 @@ class NeedleController:
         depths = sorted({s["depth"] for s in specs})
         lengths = sorted({s["n_tokens"] for s in specs})
         self._depths, self._lengths = depths, lengths
-        self.view.set_grid(["dense", *(config_label(c.to_dict()) for c in configs)], depths, lengths)
+        baseline = baseline_dtype(w)
+        self.view.set_grid(
+            ["dense", *(config_label(c.to_dict(), baseline) for c in configs)], depths, lengths
+        )
         p.set_running(True, len(specs))
         self.request_id = w.engine.submit(
             jobs.NEEDLES,
@@ -135,7 +138,7 @@ class NeedleController:
         w.controls.set_config(config)
         w.sessionPanel.promptEdit.setPlainText(cell.probe.prompt)
         rid = w.prefill()
-        what = DENSE if panel == 0 else config_label(config)
+        what = DENSE if panel == 0 else config_label(config, baseline_dtype(w))
         w.status.show(
             f"Opened the {cell.probe.family} probe at depth {cell.probe.depth:g}, {cell.probe.n_tokens} tokens, {what}."
         )

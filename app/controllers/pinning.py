@@ -14,7 +14,7 @@ import numpy as np
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QToolBar
 
-from app.controllers.host import Host
+from app.controllers.host import Host, baseline_dtype
 from app.engine.view_model import CompressionView
 from app.widgets.config_text import config_label
 from app.widgets.heatmap import VIEW_DIFF
@@ -39,13 +39,14 @@ class Pin:
     cells: dict[str, Any]  # the pinned_* columns of every statistics row
 
 
-def pin_of(view: CompressionView) -> Pin:
-    """The pin of a shown compression result."""
+def pin_of(view: CompressionView, baseline: str | None = None) -> Pin:
+    """The pin of a shown compression result; `baseline` (the dense cache's element type) names an unquantized
+    side in its label."""
     T = view.n_prompt_positions
     kept = view.kept[:, :T].reshape(view.n_layers, view.n_kv_heads, T).copy()
     first = view.stats_rows[0] if view.stats_rows else {}
     cells = {f"pinned_{c}": first.get(c) for c in CONFIG_COLUMNS}
-    return Pin(dict(view.config), config_label(view.config), kept, cells)
+    return Pin(dict(view.config), config_label(view.config, baseline), kept, cells)
 
 
 def pinned_rows(view: CompressionView, pin: Pin) -> list[dict[str, Any]]:
@@ -101,7 +102,7 @@ class PinController:
         if view is None:
             self.host.status.show("Nothing to pin yet: Prefill a prompt first.")
             return False
-        self.pin_state = pin_of(view)
+        self.pin_state = pin_of(view, baseline_dtype(self.host))
         rows = view.n_layers * view.n_kv_heads
         self.host.heatmap.set_pinned(self.pin_state.kept.reshape(rows, -1), self.pin_state.label)
         self.host.heatmap.set_view(VIEW_DIFF)

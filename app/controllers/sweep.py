@@ -16,7 +16,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget
 
 from app.controllers.file_dialogs import SWEEPS, save_path
-from app.controllers.host import Host, show_run_dock
+from app.controllers.host import Host, baseline_dtype, show_run_dock
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
 from app.engine import jobs
 from app.engine.thread import JobFailure, JobResult
@@ -98,6 +98,7 @@ class SweepController:
             w.error("Cannot run the sweep", str(exc))
             return None
         self.plot.clear()
+        self.plot.set_baseline(baseline_dtype(w))
         self.results_path = None
         self.total = len(configs)
         self.panel.set_running(True, self.total)
@@ -175,7 +176,7 @@ class SweepController:
         w.controls.set_config(point.config.to_dict())
         if not w.controls.auto_regenerate():
             w.request_compression(regenerate=True)
-        w.status.show(f"Applied {config_label(point.config.to_dict())} from the sweep.")
+        w.status.show(f"Applied {config_label(point.config.to_dict(), self.plot.baseline)} from the sweep.")
 
     # -- exports --------------------------------------------------------------------------------------
 

@@ -162,8 +162,9 @@ def _bytes(value: float) -> str:
     return str(value)
 
 
+_DENSE_TITLE = "Bytes dense"
 _ROWS: tuple[tuple[str, str, Any], ...] = (
-    ("bytes_dense", "Bytes dense", _bytes),
+    ("bytes_dense", _DENSE_TITLE, _bytes),
     ("bytes_compressed", "Bytes compressed", _bytes),
     ("compression_ratio", "Compression ratio", lambda v: f"{v:.2f}×"),
     ("bytes_not_compressible", "Not compressible", _bytes),
@@ -178,6 +179,13 @@ _ROWS: tuple[tuple[str, str, Any], ...] = (
     ("regenerate_ms", "Regenerate", lambda v: f"{v:.1f} ms"),
 )
 MISSING = "—"
+#: What the byte rows measure against; {dtype} is the dense cache's element type ("dense" before a model).
+_BASELINE_TIPS = {
+    "bytes_dense": "Bytes of the {dtype} cache: every position of every layer, unquantized",
+    "bytes_compressed": "Bytes of the compressed cache: kept positions, packed where quantized (else as in the {dtype} cache)",
+    "compression_ratio": "Bytes of the {dtype} cache ÷ bytes compressed (e.g. 4× = a quarter of the {dtype} cache)",
+    "compressible_ratio": "The same ratio over the layers a method may compress, of the {dtype} cache",
+}
 
 
 class MetricsPanel(QWidget):
@@ -189,13 +197,30 @@ class MetricsPanel(QWidget):
         form = QFormLayout(self)
         self._values: dict[str, QLabel] = {}
         self._titles: dict[str, str] = {}
+        self._title_labels: dict[str, QLabel] = {}
         for key, title, _ in _ROWS:
             label = QLabel(MISSING, objectName=f"metric_{key}")
             label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            form.addRow(title, label)
+            self._title_labels[key] = QLabel(title)
+            form.addRow(self._title_labels[key], label)
             self._values[key] = label
             self._titles[key] = title
+        self.set_baseline(None)
+
+    def set_baseline(self, dtype: str | None) -> None:
+        """Say what the ratios are of: the dense cache stored as `dtype` ('float32' on MLX's CPU, 'bfloat16' on a
+        Mac); 'Bytes dense' names it. None (no model): the dense cache, unnamed."""
+        self._titles["bytes_dense"] = f"{_DENSE_TITLE} ({dtype})" if dtype else _DENSE_TITLE
+        self._title_labels["bytes_dense"].setText(self._titles["bytes_dense"])
+        for key, tip in _BASELINE_TIPS.items():
+            text = tip.format(dtype=dtype or "dense")
+            self._title_labels[key].setToolTip(text)
+            self._values[key].setToolTip(text)
+
+    def tooltip(self, key: str) -> str:
+        """The tooltip of one metric row (its title and its value say the same)."""
+        return self._values[key].toolTip()
 
     def set_metrics(self, metrics: dict[str, Any]) -> None:
         """Show `metrics`; a first_divergence of None (present) means the runs never diverged."""

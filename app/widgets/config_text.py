@@ -11,16 +11,27 @@ from typing import Any
 from kvcore.defaults import ALLOWED_BITS, DEFAULT_QUANT, UNQUANTIZED_BITS
 
 
-def config_label(config: dict[str, Any]) -> str:
-    """A configuration in a few words, e.g. 'snapkv 25 % · 4-bit g64' (affine) or 'snapkv 25 % · 4-bit mxfp4 g32'."""
+def config_label(config: dict[str, Any], baseline: str | None = None) -> str:
+    """A configuration in a few words, e.g. 'snapkv 25 % · 4-bit g64' (affine) or 'snapkv 25 % · 4-bit mxfp4 g32'.
+
+    `baseline` is the dense cache's element type (ModelInfo.cache_dtype): given, an unquantized side is named by
+    it ('snapkv 25 % · float32', 'K8/V float32 g64'), since "16-bit" would hide a float32 cache on MLX's CPU.
+    """
     bits = config.get("bits") or UNQUANTIZED_BITS
     value_bits = config.get("value_bits") or bits
-    quant = f"{bits}-bit" if bits == UNQUANTIZED_BITS else f"{bits}-bit g{config.get('group_size')}"
-    if value_bits != bits:
-        quant = f"K{bits}/V{value_bits}-bit g{config.get('group_size')}"
+    group = f" g{config.get('group_size')}"
     scheme = config.get("quant") or DEFAULT_QUANT
-    if scheme != DEFAULT_QUANT and (bits, value_bits) != (UNQUANTIZED_BITS,) * 2:
-        quant = quant.replace("-bit g", f"-bit {scheme} g")
+    named = f" {scheme}" if scheme != DEFAULT_QUANT else ""
+    if (bits, value_bits) == (UNQUANTIZED_BITS,) * 2:
+        quant = baseline or f"{bits}-bit"
+    elif value_bits == bits:
+        quant = f"{bits}-bit{named}{group}"
+    elif baseline and UNQUANTIZED_BITS in (bits, value_bits):
+        keys = f" {baseline}" if bits == UNQUANTIZED_BITS else str(bits)
+        values = f" {baseline}" if value_bits == UNQUANTIZED_BITS else f"{value_bits}-bit"
+        quant = f"K{keys}/V{values}{named}{group}"
+    else:
+        quant = f"K{bits}/V{value_bits}-bit{named}{group}"
     if config.get("fp_recent"):
         quant += f" fp{config['fp_recent']}"
     shared = "" if config.get("per_head", True) else " · shared"

@@ -69,12 +69,16 @@ _SHORT_LABELS = {
 _RESULT_NAMES = {"kl_mean": "KL", "agreement": "agreement", "nll_delta": "NLL Δ", "needle_recall": "recall"}
 
 
-def point_text(point: Point) -> str:
-    """A point's configuration and metrics in one line (hover, frontier list)."""
+def point_text(point: Point, baseline: str | None = None) -> str:
+    """A point's configuration and metrics in one line (hover, frontier list); `baseline` is the dense cache's
+    element type of the sweep's model, which names an unquantized configuration (a results file's is not known)."""
     if isinstance(point, ResultPoint):
         return result_text(point)
     m = point.metrics
-    parts = [config_label(point.config.to_dict()), f"{point.percent_of_dense:.1f} % of dense ({_kib(point)})"]
+    parts = [
+        config_label(point.config.to_dict(), baseline),
+        f"{point.percent_of_dense:.1f} % of dense ({_kib(point)})",
+    ]
     for key, name in (("kl_mean", "KL"), ("agreement", "agreement"), ("nll_delta", "NLL Δ")):
         value = m.get(key)
         if value is not None:
@@ -119,6 +123,7 @@ class FrontierPlot(QWidget):
         self.errorBars: pg.ErrorBarItem | None = None  # a results file's intervals, in view coordinates
         self._front: list[int] = []
         self._hovered: int | None = None
+        self.baseline: str | None = None  # the sweep's dense cache element type, for labels
 
         self.metricCombo = QComboBox(objectName="frontierMetricCombo")
         self.xCombo = QComboBox(objectName="frontierXCombo")
@@ -185,6 +190,11 @@ class FrontierPlot(QWidget):
         )
         self.xCombo.blockSignals(False)
         self._fill_metrics()
+        self._redraw()
+
+    def set_baseline(self, dtype: str | None) -> None:
+        """Name unquantized points by the dense cache's element type `dtype` (None: '16-bit')."""
+        self.baseline = dtype or None
         self._redraw()
 
     def showing_results(self) -> bool:
@@ -283,7 +293,7 @@ class FrontierPlot(QWidget):
         if index == self._hovered:
             return
         self._hovered = index
-        text = "" if index is None else point_text(self._points[index])
+        text = "" if index is None else point_text(self._points[index], self.baseline)
         self.view.setToolTip(text)
         self.hoverInfo.emit(text)
 
@@ -335,9 +345,14 @@ class FrontierPlot(QWidget):
             self._frontier_item: pg.PlotDataItem | None = None
             self.plot.setLogMode(x=False, y=metric.log)
             bytes_axis = self.x_mode() == X_BYTES
+            dense = (
+                f"% of dense {self.baseline}"
+                if self.baseline and not self.showing_results()
+                else "% of dense"
+            )
             self.plot.setLabel(
                 "bottom",
-                "compressed KV cache" + ("" if bytes_axis else " (% of dense)"),
+                "compressed KV cache" + ("" if bytes_axis else f" ({dense})"),
                 units="B" if bytes_axis else None,
             )
             self.plot.setLabel("left", self._y_label(short=True))
@@ -411,7 +426,7 @@ class FrontierPlot(QWidget):
     def _fill_frontier_list(self) -> None:
         self.frontierList.clear()
         for i in self._front:
-            self.frontierList.addItem(point_text(self._points[i]))
+            self.frontierList.addItem(point_text(self._points[i], self.baseline))
             self.frontierList.item(self.frontierList.count() - 1).setData(Qt.ItemDataRole.UserRole, i)
         if self.showing_results():
             self.frontierLabel.setText(

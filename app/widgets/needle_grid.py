@@ -56,6 +56,10 @@ class NeedleGridView(QWidget):
         self.graphics.scene().sigMouseClicked.connect(self._on_click)
         self.graphics.scene().sigMouseMoved.connect(self._on_move)
 
+    def titles(self) -> list[str]:
+        """The panels' titles, in order ('dense' first)."""
+        return list(self._titles)
+
     def set_grid(self, titles: Sequence[str], depths: Sequence[float], lengths: Sequence[int]) -> None:
         """Lay out one empty (pending) panel per title."""
         self._titles, self._depths, self._lengths = list(titles), list(depths), list(lengths)

@@ -359,6 +359,7 @@ class MainWindow(QMainWindow):
         self.sessionPanel.set_chat_template_available(info.has_chat_template)
         self.controls.set_head_dim(info.head_dim, info.value_dim)
         self.controls.set_baseline(info.cache_dtype)
+        self.metricsPanel.set_baseline(info.cache_dtype or None)
         cleared = self.pinning.clear("another model was loaded")
         cleared = f"{cleared} {self.sweeping.clear('another model was loaded')}".strip()
         self.heatmap.clear()

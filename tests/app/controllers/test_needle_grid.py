@@ -4,6 +4,7 @@ to `kvlens probe` on the same family and seed (run in the test thread); clicking
 from __future__ import annotations
 
 import csv
+import sys
 
 import numpy as np
 import pytest
@@ -84,6 +85,16 @@ def test_every_cell_equals_kvlens_probe_on_the_same_seed(ctx, tmp_path):
     )
     for suffix in ("png", "svg"):
         assert window.needles.export_image(tmp_path / f"g.{suffix}")
+
+
+def test_panel_titles_name_the_dense_cache_dtype_for_unquantized_configurations(ctx):
+    """The grid ran bits 16: each method's panel says 'snapkv 50 % · float32' (MLX's CPU), not '16-bit'."""
+    window, _ = ctx
+    dtype = window.model_info.cache_dtype
+    if sys.platform != "darwin":
+        assert dtype == "float32"
+    titles = window.needlePanel.grid.titles()
+    assert titles == ["dense", *(f"{c.method} 50 % · {dtype}" for c in window.needles.configs)]
 
 
 def test_clicking_a_cell_opens_its_prompt_and_cache(ctx):

@@ -5,6 +5,7 @@ and a new prefill clears it."""
 from __future__ import annotations
 
 import csv
+import sys
 
 import numpy as np
 import pytest
@@ -114,3 +115,19 @@ def test_a_new_prefill_clears_the_pin_and_says_so(ctx):
     assert "cleared" in message and "new prefill" in message
     assert window.statsTable.columns() == STATS_COLUMNS
     assert window.pinning.pinAction.isEnabled() and not window.pinning.unpinAction.isEnabled()
+
+
+def test_the_pin_label_and_the_metrics_name_the_dense_cache_dtype(ctx):
+    """An unquantized pin says 'float32' (MLX's CPU keeps the dense cache in float32), not '16-bit'."""
+    window, _ = ctx
+    dtype = window.model_info.cache_dtype
+    if sys.platform != "darwin":
+        assert dtype == "float32"
+    shown_after(window, lambda: window.controls.set_config(PINNED))
+    assert window.pinning.pin()
+    assert window.pinning.pin_state.label == f"snapkv 40 % · {dtype}"
+    assert f"Pinned snapkv 40 % · {dtype} as B" in window.statusBar().currentMessage()
+    assert f"Bytes dense ({dtype}):" in window.metricsPanel.text()
+    assert f"of the {dtype} cache" in window.metricsPanel.tooltip("compression_ratio")
+    window.pinning.unpin()
+    assert window.pinning.pin_state is None

@@ -5,6 +5,7 @@ subset; clicking a point applies it; Cancel after the 3rd point keeps 3 and the 
 from __future__ import annotations
 
 import csv
+import sys
 
 import numpy as np
 import pytest
@@ -100,7 +101,8 @@ def test_frontier_is_the_brute_force_non_dominated_subset(ctx, swept, metric):
         ys.append(metric_value(regen.metrics, metric))
     expected = brute_force(xs, ys, METRICS[metric].higher_is_better)
     assert set(plot.frontier()) == expected and expected
-    assert plot.frontier_texts() == [point_text(window.sweeping.points()[i]) for i in plot.frontier()]
+    points = window.sweeping.points()
+    assert plot.frontier_texts() == [point_text(points[i], plot.baseline) for i in plot.frontier()]
     assert plot.plot.getAxis("left").logMode == METRICS[metric].log
     plot.set_metric("kl_mean")
 
@@ -128,7 +130,7 @@ def test_hover_names_the_point_and_click_applies_its_configuration(ctx, swept):
     assert clearance(index) >= 6, "every h2o point sits on another one"
     point = points[index]
     QTest.mouseMove(plot.view.viewport(), plot.widget_position(index))
-    wait_until(lambda: plot.view.toolTip() == point_text(point))
+    wait_until(lambda: plot.view.toolTip() == point_text(point, plot.baseline))
 
     def click() -> None:
         QTest.mouseClick(plot.view.viewport(), Qt.MouseButton.LeftButton, pos=plot.widget_position(index))
@@ -200,3 +202,19 @@ def test_cancel_after_the_third_point_keeps_three_and_the_engine_stays_usable(ct
     state = ref.compress(CompressionConfig.from_dict(window.controls.config()))
     assert int(window.heatmap.image_rgba().shape[0]) == rows_of(state.kept).shape[0]
     assert window.statsTable.rows()[0]["tokens_kept"] == int(state.kept[0, 0].sum())
+
+
+def test_unquantized_points_name_the_models_cache_dtype_not_16_bit(ctx, swept):
+    """Every unquantized point's label says the dense cache's element type (float32 on MLX's CPU)."""
+    window, _ = ctx
+    dtype = window.model_info.cache_dtype
+    if sys.platform != "darwin":
+        assert dtype == "float32", "MLX's CPU backend keeps the dense cache in float32"
+    plot = window.sweepPanel.frontier
+    assert plot.baseline == dtype
+    dense = [p for p in window.sweeping.points() if p.config.widths == (16, 16)]
+    assert dense, "the sweeps ran bits 16"
+    for point in dense:
+        assert f"{100 * point.config.ratio:.0f} % · {dtype} · " in point_text(point, plot.baseline)
+    assert plot.frontier_texts() and not any("16-bit" in t for t in plot.frontier_texts())
+    assert plot.plot.getAxis("bottom").labelText == f"compressed KV cache (% of dense {dtype})"

@@ -73,3 +73,18 @@ def test_metrics_panel_formats_and_missing(qtbot):
     panel.set_metrics({"first_divergence": None})
     assert panel.value_text("first_divergence") == "none"
     assert panel.value_text("bytes_dense") == "—"
+
+
+def test_metrics_panel_names_the_dense_cache_the_ratios_are_of(qtbot):
+    panel = MetricsPanel()
+    qtbot.addWidget(panel)
+    panel.set_metrics({"bytes_dense": 4096, "compression_ratio": 4.0})
+    assert "Bytes dense: 4.00 KiB" in panel.text()
+    assert "of the dense cache" in panel.tooltip("compression_ratio")
+    panel.set_baseline("float32")
+    assert "Bytes dense (float32): 4.00 KiB" in panel.text()
+    assert "Compression ratio: 4.00×" in panel.text()
+    for key in ("bytes_dense", "compression_ratio", "compressible_ratio"):
+        assert "float32 cache" in panel.tooltip(key)
+    panel.set_baseline(None)
+    assert "Bytes dense: 4.00 KiB" in panel.text() and "float32" not in panel.tooltip("compression_ratio")
