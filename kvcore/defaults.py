@@ -103,6 +103,9 @@ DEFAULT_PROBE_LENGTHS: tuple[int, ...] = (800, 1600)
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
+#: Fewer prompts than this and a summary's interval is marked: resampling so few values gives little more than
+#: their min–max (with 2 prompts exactly that), not a 95 % interval one could lean on.
+MIN_PROMPTS_FOR_INTERVAL = 10
 
 #: How a prefill records h2o's column sums: "eager" computes them chunk by chunk during the prefill (no prefill
 #: queries kept beyond the capture window), "lazy" keeps every chunk's queries and computes the same sums when h2o is

@@ -34,6 +34,7 @@ from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.engine.sweep import SweepPoint
 from kvcore.measure.frontier import DEFAULT_METRIC, METRICS, metric_value, pareto_front
 from kvcore.sets.results_file import ResultPoint
+from kvcore.sets.summary import few_prompts_note
 
 #: What the plot draws: one prompt's sweep, or a prompt-set results file.
 Point = SweepPoint | ResultPoint
@@ -100,6 +101,8 @@ def result_text(point: ResultPoint) -> str:
             interval = point.intervals.get(key)
             bounds = "" if interval is None else f" [{interval[0]:.4g}, {interval[1]:.4g}]"
             parts.append(f"{name} {value:.4g}{bounds}")
+    if point.few_prompts:
+        parts.append(few_prompts_note(point.prompts))
     return " · ".join(parts)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kvcore.defaults import MIN_PROMPTS_FOR_INTERVAL
 from kvcore.measure.export import CONFIG_COLUMNS, SET_METRICS, SET_SUMMARY_COLUMNS
 
 #: A summary's metric name → the kvcore.measure.frontier.METRICS key it is drawn as.
@@ -30,6 +31,9 @@ FRONTIER_KEYS: dict[str, str] = {
 }
 #: The summary metric that is the memory axis (compressed / dense bytes).
 MEMORY = "compression_ratio"
+#: The columns a summary must have: all but the last, few_prompts, which a file written before it lacks (it
+#: follows from prompts).
+SUMMARY_NEEDED: tuple[str, ...] = tuple(c for c in SET_SUMMARY_COLUMNS if c != "few_prompts")
 #: A larger file is refused before it is read: no results file of this tool comes near it.
 MAX_RESULTS_BYTES = 512 * 1024 * 1024
 _FIX = (
@@ -85,6 +89,11 @@ class ResultPoint:
     def percent_of_dense(self) -> float:
         return 100.0 * self.memory[0]
 
+    @property
+    def few_prompts(self) -> bool:
+        """Whether its intervals come from too few prompts to be more than their min–max (none at all: False)."""
+        return bool(self.intervals) and self.prompts < MIN_PROMPTS_FOR_INTERVAL
+
 
 def read_results(path: str | os.PathLike[str]) -> list[ResultPoint]:
     """The points of a results file; ValueError "<path>: <problem>; <fix>" for anything that is not one."""
@@ -135,7 +144,7 @@ def _csv_points(text: str) -> list[ResultPoint]:
         raise ValueError(f"not a readable CSV ({exc}); {_FIX}") from None
     header = records[0] if records else []
     if "prompts" in header:
-        kind, needed = "summary", SET_SUMMARY_COLUMNS
+        kind, needed = "summary", SUMMARY_NEEDED
     elif "prompt" in header:
         kind, needed = "per-row results", (*CONFIG_COLUMNS, "prompt", MEMORY)
     elif MEMORY in header:
@@ -212,7 +221,7 @@ def points_from_summary(
     points = []
     for i, row in enumerate(rows):
         at = where(i)
-        missing = [c for c in SET_SUMMARY_COLUMNS if c not in row]
+        missing = [c for c in SUMMARY_NEEDED if c not in row]
         if missing:
             raise ValueError(f"{at} lacks {', '.join(missing)}; {_FIX}")
         stats = {name: _stats(row, name, at) for name in SET_METRICS}

@@ -125,6 +125,7 @@ def test_open_results_draws_each_configuration_with_its_interval_and_the_pareto_
             assert text.startswith(config_label(points[i].config.to_dict()))
             assert f"[{low[i]:.4g}, {high[i]:.4g}]" in text
     assert "needle_recall" in [plot.metricCombo.itemData(i) for i in range(plot.metricCombo.count())]
+    assert all("(n < 10: min–max of few prompts)" in t for t in plot.frontier_texts())  # 2 prompts
     assert "first_divergence" not in [plot.metricCombo.itemData(i) for i in range(plot.metricCombo.count())]
 
 
@@ -141,6 +142,7 @@ def test_hover_says_configuration_mean_interval_and_prompts_and_a_click_applies_
     tip = plot.view.toolTip()
     mean, low, high = (float(row[f"agreement_{p}"]) for p in ("mean", "low", "high"))
     assert config_label(point.config.to_dict()) in tip and "2 prompts" in tip
+    assert tip.endswith(" · (n < 10: min–max of few prompts)")
     assert f"agreement {mean:.4g} [{low:.4g}, {high:.4g}]" in tip
     assert window.statusBar().currentMessage() == tip
     before, compress_ids = window.controls.config(), list(window.displayed_ids)
