@@ -147,12 +147,12 @@ def _csv_points(text: str) -> list[ResultPoint]:
         kind, needed = "summary", SUMMARY_NEEDED
     elif "prompt" in header:
         kind, needed = "per-row results", (*CONFIG_COLUMNS, "prompt", MEMORY)
-    elif MEMORY in header:
+    elif "kv_head" in header and MEMORY in header:  # a sweep's (layer, kv-head) rows; a probe CSV has neither
         kind, needed = "sweep", SWEEP_NEEDED
     else:
         raise ValueError(
             "not a prompt-set results file: it has neither a 'prompts' column (a summary) nor a 'prompt' "
-            f"column (per-row results) nor a '{MEMORY}' column (a sweep); {_FIX}"
+            f"column (per-row results) nor a sweep's kv_head and {MEMORY} columns; {_FIX}"
         )
     missing = [c for c in needed if c not in header]
     if missing:

@@ -84,3 +84,12 @@ def test_a_bad_ratio_and_a_missing_column_are_refused(sweep_csv, tmp_path):
     )
     with pytest.raises(ValueError, match="this sweep CSV lacks the column kl_mean"):
         read_results(bad)
+
+
+def test_a_probe_csv_is_not_taken_for_a_sweep(tmp_path):
+    from kvcore.probes.scoring import PROBE_COLUMNS
+
+    probe = tmp_path / "probe.csv"
+    probe.write_text(",".join(PROBE_COLUMNS) + "\n" + ",".join("1" for _ in PROBE_COLUMNS) + "\n")
+    with pytest.raises(ValueError, match="nor a sweep's kv_head and compression_ratio columns"):
+        read_results(probe)
