@@ -68,8 +68,13 @@ class SweepController:
         self.plot.set_points(points)
         prompts = max(p.prompts for p in points)
         self.panel.set_status(
-            f"{self.results_path.name}: {len(points)} configurations over {prompts} prompts; "
-            f"{len(self.plot.frontier())} on the frontier of the means. Hover a point for its interval."
+            f"{self.results_path.name}: {len(points)} configurations over {prompts} prompt"
+            f"{'s' if prompts != 1 else ''}; {len(self.plot.frontier())} on the frontier of the means. "
+            + (
+                "Hover a point for its interval."
+                if any(p.intervals for p in points)
+                else "One prompt: no intervals."
+            )
         )
         self.show_dock()
 

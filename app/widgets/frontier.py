@@ -34,6 +34,7 @@ from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.engine.sweep import SweepPoint
 from kvcore.measure.frontier import DEFAULT_METRIC, METRICS, metric_value, pareto_front
 from kvcore.sets.results_file import ResultPoint
+from kvcore.sets.summary import few_prompts_note
 
 #: What the plot draws: one prompt's sweep, or a prompt-set results file.
 Point = SweepPoint | ResultPoint
@@ -96,13 +97,16 @@ def result_text(point: ResultPoint) -> str:
     parts = [
         config_label(point.config.to_dict()),
         f"{point.prompts} prompt{'s' if point.prompts != 1 else ''}",
-        f"{mean:.1f} % of dense [{low:.1f}, {high:.1f}]",
+        f"{mean:.1f} % of dense" + (f" [{low:.1f}, {high:.1f}]" if point.intervals else ""),
     ]
     for key, name in _RESULT_NAMES.items():
         value = point.metrics.get(key)
         if value is not None:
-            lo, hi = point.intervals[key]
-            parts.append(f"{name} {value:.4g} [{lo:.4g}, {hi:.4g}]")
+            interval = point.intervals.get(key)
+            bounds = "" if interval is None else f" [{interval[0]:.4g}, {interval[1]:.4g}]"
+            parts.append(f"{name} {value:.4g}{bounds}")
+    if point.few_prompts:
+        parts.append(few_prompts_note(point.prompts))
     return " · ".join(parts)
 
 

@@ -16,9 +16,11 @@ from app.widgets.method_list import MethodChecklist, RunPanel
 from app.widgets.needle_grid import NeedleGridView
 from kvcore.defaults import (
     DEFAULT_PROBE_DEPTHS,
+    DEFAULT_PROBE_FAMILY,
     DEFAULT_PROBE_LENGTHS,
     DEFAULT_PROBE_METHODS,
     DEFAULT_PROBE_RATIOS,
+    DEFAULT_PROBE_SEED,
     UNQUANTIZED_BITS,
 )
 from kvcore.methods import available
@@ -41,9 +43,10 @@ class NeedlePanel(RunPanel):
         for name in FAMILIES:
             held = " (held out of training)" if name in HELDOUT_FAMILIES else ""
             self.familyCombo.addItem(name + held, name)
-        self.familyCombo.setCurrentIndex(self.familyCombo.findData(HELDOUT_FAMILIES[0]))
+        self.familyCombo.setCurrentIndex(self.familyCombo.findData(DEFAULT_PROBE_FAMILY))
         self.seedSpin = QSpinBox(objectName="needleSeedSpin")
         self.seedSpin.setRange(0, 1_000_000)
+        self.seedSpin.setValue(DEFAULT_PROBE_SEED)
         self.depthsEdit = QLineEdit(_csv(DEFAULT_PROBE_DEPTHS), objectName="needleDepthsEdit")
         self.depthsEdit.setToolTip(
             "Needle depths in [0, 1]: 0 = the start of the prompt, 1 = just before the question"

@@ -21,6 +21,10 @@ from kvcore.cli.progress import draw_progress, end_progress
 from kvcore.measure.frontier import DEFAULT_METRIC, PlotWriter
 from kvcore.sets.evaluation import Check, SetOutcome, SetRequest, evaluate_set
 from kvcore.sets.modes import probe_mode, sweep_mode
+from kvcore.sets.summary import few_prompts_note
+
+#: The metrics a printed summary gives with their interval.
+INTERVALS: tuple[str, ...] = ("kl", "agreement", "nll_delta", "recall")
 
 
 def prompt_set_command(
@@ -75,9 +79,12 @@ def _print_summary(summary: list[dict[str, Any]]) -> None:
         label = f"{row['method']} r={row['retention_ratio']} bits=K{row['key_bits']}/V{row['value_bits']} fp={row['fp_recent']}"
         parts = [
             f"{name} {row[f'{name}_mean']:.4g} [{row[f'{name}_low']:.4g}, {row[f'{name}_high']:.4g}]"
-            for name in ("kl", "agreement", "nll_delta", "recall")
+            for name in INTERVALS
             if row[f"{name}_mean"] is not None
         ]
         if row["compression_ratio_mean"] is not None:
             parts.append(f"memory {100 * row['compression_ratio_mean']:.1f} % of dense")
-        print(f"{label:>36} ({row['prompts']} prompts): {'; '.join(parts)}")
+        note = (
+            few_prompts_note(row["prompts"]) if any(row[f"{n}_mean"] is not None for n in INTERVALS) else ""
+        )
+        print(f"{label:>36} ({row['prompts']} prompts): {'; '.join(parts)}" + (f" {note}" if note else ""))

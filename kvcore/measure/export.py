@@ -104,11 +104,14 @@ SET_METRICS: dict[str, str] = {
     "compression_ratio": "compression_ratio",
 }
 #: One row per configuration of a prompt-set run, the same columns for `sweep` and `probe` (a metric that mode
-#: does not measure is empty): how many prompts, then each metric's mean and bootstrap interval over prompts.
+#: does not measure is empty): how many prompts, then each metric's mean and bootstrap interval over prompts, and
+#: last whether the prompts were too few (< MIN_PROMPTS_FOR_INTERVAL) for the interval to be more than a min–max
+#: (1/0; added last, so a file written before it lacks only that column and is still read).
 SET_SUMMARY_COLUMNS: tuple[str, ...] = (
     *CONFIG_COLUMNS,
     "prompts",
     *(f"{m}_{part}" for m in SET_METRICS for part in ("mean", "low", "high")),
+    "few_prompts",
 )
 
 

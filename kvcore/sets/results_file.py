@@ -1,8 +1,9 @@
 """A prompt-set results file read back as frontier points: one per configuration, each metric's mean and interval.
 
 It takes what `kvlens sweep/probe --prompts --csv out.csv` writes — `out.summary.csv`, `out.summary.json`, or
-the per-row `out.csv` itself (summarised here by kvcore.sets.summary, the code that wrote the summary) — and
-refuses anything else with a ValueError naming the problem and the fix. Qt-free: the app's File ▸ Open Results…
+the per-row `out.csv` itself (summarised here by kvcore.sets.summary, the code that wrote the summary) — and a
+one-prompt sweep CSV (`kvlens sweep --csv`, the Sweep dock's Export CSV: each configuration one point, no
+interval), and refuses anything else with a ValueError naming the problem and the fix. Qt-free: the app's File ▸ Open Results…
 and `kvlens sweep --prompts --plot` both draw these points.
 """
 
@@ -14,10 +15,11 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kvcore.defaults import MIN_PROMPTS_FOR_INTERVAL
 from kvcore.measure.export import CONFIG_COLUMNS, SET_METRICS, SET_SUMMARY_COLUMNS
 
 #: A summary's metric name → the kvcore.measure.frontier.METRICS key it is drawn as.
@@ -29,9 +31,18 @@ FRONTIER_KEYS: dict[str, str] = {
 }
 #: The summary metric that is the memory axis (compressed / dense bytes).
 MEMORY = "compression_ratio"
+#: The columns a summary must have: all but the last, few_prompts, which a file written before it lacks (it
+#: follows from prompts).
+SUMMARY_NEEDED: tuple[str, ...] = tuple(c for c in SET_SUMMARY_COLUMNS if c != "few_prompts")
 #: A larger file is refused before it is read: no results file of this tool comes near it.
 MAX_RESULTS_BYTES = 512 * 1024 * 1024
-_FIX = "open the .csv, .summary.csv or .summary.json that `kvlens sweep --prompts … --csv` wrote"
+_FIX = (
+    "open the .csv, .summary.csv or .summary.json that `kvlens sweep --prompts … --csv` wrote, or a sweep CSV "
+    "(`kvlens sweep --csv`, the Sweep dock's Export CSV)"
+)
+#: The columns a one-prompt sweep CSV (kvcore.measure.export.SWEEP_COLUMNS) must have to be drawn: the
+#: configuration, its memory and the metrics a sweep measures.
+SWEEP_NEEDED: tuple[str, ...] = (*CONFIG_COLUMNS, "agreement", "kl_mean", "nll_delta", MEMORY)
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,11 @@ class ResultPoint:
     @property
     def percent_of_dense(self) -> float:
         return 100.0 * self.memory[0]
+
+    @property
+    def few_prompts(self) -> bool:
+        """Whether its intervals come from too few prompts to be more than their min–max (none at all: False)."""
+        return bool(self.intervals) and self.prompts < MIN_PROMPTS_FOR_INTERVAL
 
 
 def read_results(path: str | os.PathLike[str]) -> list[ResultPoint]:
@@ -128,13 +144,15 @@ def _csv_points(text: str) -> list[ResultPoint]:
         raise ValueError(f"not a readable CSV ({exc}); {_FIX}") from None
     header = records[0] if records else []
     if "prompts" in header:
-        kind, needed = "summary", SET_SUMMARY_COLUMNS
+        kind, needed = "summary", SUMMARY_NEEDED
     elif "prompt" in header:
         kind, needed = "per-row results", (*CONFIG_COLUMNS, "prompt", MEMORY)
+    elif "kv_head" in header and MEMORY in header:  # a sweep's (layer, kv-head) rows; a probe CSV has neither
+        kind, needed = "sweep", SWEEP_NEEDED
     else:
         raise ValueError(
             "not a prompt-set results file: it has neither a 'prompts' column (a summary) nor a 'prompt' "
-            f"column (per-row results); {_FIX}"
+            f"column (per-row results) nor a sweep's kv_head and {MEMORY} columns; {_FIX}"
         )
     missing = [c for c in needed if c not in header]
     if missing:
@@ -159,8 +177,38 @@ def _csv_points(text: str) -> list[ResultPoint]:
     for line, row in rows:
         for column in SET_METRICS.values():
             _number(row.get(column), f"line {line}", column, finite=False)
+    if kind == "sweep":
+        return _sweep_points(rows)
     summary = summary_rows([r for _, r in rows])
     return points_from_summary(summary, lambda i: f"configuration {i + 1}")
+
+
+def _sweep_points(rows: list[tuple[int, dict[str, str]]]) -> list[ResultPoint]:
+    """A sweep CSV's configurations as one-prompt points without intervals. A sweep repeats its configuration's
+    summary on every (layer, kv-head) row: its first row is read, and a row that disagrees is refused."""
+    first: dict[tuple[str, ...], tuple[int, dict[str, str]]] = {}
+    for line, row in rows:
+        key = tuple(row[c] for c in CONFIG_COLUMNS)
+        seen = first.setdefault(key, (line, row))
+        for column in SWEEP_NEEDED[len(CONFIG_COLUMNS) :]:
+            if row[column] != seen[1][column]:
+                raise ValueError(
+                    f"line {line}: {column} is {row[column]!r}, line {seen[0]} of the same configuration says "
+                    f"{seen[1][column]!r}; a sweep repeats one value per configuration; {_FIX}"
+                )
+    lines = [line for line, _ in first.values()]
+    summary = [{**row, "prompts": 1, **_one_prompt(row)} for _, row in first.values()]
+    points = points_from_summary(summary, lambda i: f"line {lines[i]}")
+    return [replace(p, intervals={}) for p in points]
+
+
+def _one_prompt(row: Mapping[str, str]) -> dict[str, str]:
+    """One prompt's value as a summary's mean, low and high (an empty cell stays empty: not measured)."""
+    out = {}
+    for name, column in SET_METRICS.items():
+        cell = row.get(column, "")
+        out.update({f"{name}_{part}": cell for part in ("mean", "low", "high")})
+    return out
 
 
 def points_from_summary(
@@ -173,7 +221,7 @@ def points_from_summary(
     points = []
     for i, row in enumerate(rows):
         at = where(i)
-        missing = [c for c in SET_SUMMARY_COLUMNS if c not in row]
+        missing = [c for c in SUMMARY_NEEDED if c not in row]
         if missing:
             raise ValueError(f"{at} lacks {', '.join(missing)}; {_FIX}")
         stats = {name: _stats(row, name, at) for name in SET_METRICS}

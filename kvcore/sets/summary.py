@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kvcore.defaults import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE
+from kvcore.defaults import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, MIN_PROMPTS_FOR_INTERVAL
 from kvcore.measure.export import CONFIG_COLUMNS, SET_METRICS
 
 
@@ -39,6 +39,16 @@ def bootstrap_interval(
     tail = (1.0 - confidence) / 2
     low, high = np.quantile(means, [tail, 1.0 - tail])
     return mean, float(low), float(high)
+
+
+def few_prompts(n: int) -> bool:
+    """Whether an interval over `n` prompts is marked: too few for the bootstrap to be more than their min–max."""
+    return n < MIN_PROMPTS_FOR_INTERVAL
+
+
+def few_prompts_note(n: int) -> str:
+    """What a summary printed or drawn says beside such an interval; empty when there are enough prompts."""
+    return f"(n < {MIN_PROMPTS_FOR_INTERVAL}: min–max of few prompts)" if few_prompts(n) else ""
 
 
 def _number(cell: Any) -> float | None:
@@ -69,6 +79,7 @@ def summary_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             stats = bootstrap_interval(present) if present else (None, None, None)
             for part, value in zip(("mean", "low", "high"), stats, strict=True):
                 summary[f"{name}_{part}"] = None if value is None or math.isnan(value) else value
+        summary["few_prompts"] = few_prompts(len(per_prompt))
         out.append(summary)
     return out
 

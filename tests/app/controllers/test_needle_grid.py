@@ -112,3 +112,13 @@ def test_clicking_a_cell_opens_its_prompt_and_cache(ctx):
     tokens = window.sessionPanel.generatedView.starts
     assert len(tokens) > cell.rows[0]["prompt_tokens"]  # the prompt was prefilled and continued
     assert np.asarray(window.heatmap.image_rgba()).size > 0
+
+
+def test_the_dock_starts_on_the_grid_the_demo_model_recalls_whole_dense(qapp):
+    """kvcore's test_the_default_grid_is_recalled_whole_by_the_dense_cache_on_the_demo_model checks these values."""
+    from app.widgets.needle_panel import NeedlePanel
+    from kvcore.defaults import DEFAULT_PROBE_FAMILY, DEFAULT_PROBE_SEED
+
+    panel = NeedlePanel()
+    assert panel.family() == DEFAULT_PROBE_FAMILY and panel.seedSpin.value() == DEFAULT_PROBE_SEED
+    assert (panel.depthsEdit.text(), panel.lengthsEdit.text()) == ("0.1,0.5,0.9", "800,1600")

@@ -125,6 +125,7 @@ def test_open_results_draws_each_configuration_with_its_interval_and_the_pareto_
             assert text.startswith(config_label(points[i].config.to_dict()))
             assert f"[{low[i]:.4g}, {high[i]:.4g}]" in text
     assert "needle_recall" in [plot.metricCombo.itemData(i) for i in range(plot.metricCombo.count())]
+    assert all("(n < 10: min–max of few prompts)" in t for t in plot.frontier_texts())  # 2 prompts
     assert "first_divergence" not in [plot.metricCombo.itemData(i) for i in range(plot.metricCombo.count())]
 
 
@@ -141,6 +142,7 @@ def test_hover_says_configuration_mean_interval_and_prompts_and_a_click_applies_
     tip = plot.view.toolTip()
     mean, low, high = (float(row[f"agreement_{p}"]) for p in ("mean", "low", "high"))
     assert config_label(point.config.to_dict()) in tip and "2 prompts" in tip
+    assert tip.endswith(" · (n < 10: min–max of few prompts)")
     assert f"agreement {mean:.4g} [{low:.4g}, {high:.4g}]" in tip
     assert window.statusBar().currentMessage() == tip
     before, compress_ids = window.controls.config(), list(window.displayed_ids)
@@ -317,3 +319,23 @@ def test_a_100k_row_results_file_opens_while_the_window_keeps_running(window, re
     assert [p.prompts for p in window.sweepPanel.frontier.points()] == [len(PROMPTS) * copies] * 2
     gaps = np.diff([start, *ticks])
     assert len(ticks) >= took / 0.02 / 3 and gaps.max() < 1.0, (took, len(ticks), gaps.max())
+
+
+def test_a_sweep_csv_opens_as_one_prompt_points_without_bars(window, tmp_path):
+    """The Sweep dock's Export CSV (`kvlens sweep --csv`'s columns, no prompt column) is a one-prompt result."""
+    out = tmp_path / "sweep.csv"
+    argv = ["sweep", "--model", str(demo_model_dir()), "-p", PROMPTS[0]["prompt"], *GRID, "--csv", str(out)]
+    assert kvlens(argv) == 0
+    assert _open(window, out), window.last_error
+    plot = window.sweepPanel.frontier
+    plot.set_metric("agreement")
+    rows = {r["retention_ratio"]: r for r in reversed(_summary(out))}
+    points = plot.points()
+    assert [p.config.ratio for p in points] == [0.25, 0.75] and all(p.prompts == 1 for p in points)
+    x, y = plot.xy()
+    np.testing.assert_allclose(x, [100 * float(rows[r]["compression_ratio"]) for r in ("0.25", "0.75")])
+    np.testing.assert_array_equal(y, [float(rows[r]["agreement"]) for r in ("0.25", "0.75")])
+    assert plot.errorBars is None  # one prompt: no interval to draw
+    text = plot.frontier_texts()[0]
+    assert "1 prompt ·" in text and "[" not in text
+    assert "One prompt: no intervals." in window.sweepPanel.estimateLabel.text()

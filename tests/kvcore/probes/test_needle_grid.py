@@ -35,3 +35,27 @@ def test_cells_follow_the_specs_and_cancel_keeps_the_finished_ones(model_dirs):
     for cell in run_grid(session, specs, configs, should_cancel=lambda: len(kept) >= 1):
         kept.append(cell)
     assert [c.index for c in kept] == [0] and kept[0].rows == cells[0].rows
+
+
+def test_the_default_grid_is_recalled_whole_by_the_dense_cache_on_the_demo_model():
+    """The Needle dock's defaults: every miss in the grid is the method's (argparse_default missed 4 of 6 cells
+    dense), and the grid still tells a query-aware method from a recency window."""
+    from kvcore.defaults import (
+        DEFAULT_PROBE_DEPTHS,
+        DEFAULT_PROBE_FAMILY,
+        DEFAULT_PROBE_LENGTHS,
+        DEFAULT_PROBE_SEED,
+    )
+    from kvcore.probes import HELDOUT_FAMILIES
+    from kvcore.resources import demo_model_dir
+
+    assert DEFAULT_PROBE_FAMILY in HELDOUT_FAMILIES
+    session = Session.load(str(demo_model_dir()))
+    depths, lengths = (",".join(map(str, v)) for v in (DEFAULT_PROBE_DEPTHS, DEFAULT_PROBE_LENGTHS))
+    specs = grid_specs(DEFAULT_PROBE_FAMILY, DEFAULT_PROBE_SEED, depths, lengths)
+    configs = [CompressionConfig("snapkv", 0.25), CompressionConfig("streaming_llm", 0.25)]
+    cells = list(run_grid(session, specs, configs))
+    assert len(cells) == len(DEFAULT_PROBE_DEPTHS) * len(DEFAULT_PROBE_LENGTHS)
+    dense, snapkv, streaming = ([c.recalled[i] for c in cells] for i in range(3))
+    assert all(dense), [(c.probe.depth, c.probe.n_tokens) for c in cells if not c.recalled[0]]
+    assert all(snapkv) and 0 < sum(streaming) < len(cells), (snapkv, streaming)
