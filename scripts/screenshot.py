@@ -1,7 +1,7 @@
 """Make docs/screenshot.png: the real window at 1280×800 (a 13-inch laptop) after a prefill and a compression on
 the demo model, under Xvfb.
 
-Run `make screenshot` (or `python scripts/screenshot.py [out.png]`); with `--sweep` it also runs a sweep from the
+Run `make screenshot` (or `python scripts/screenshot.py [out.png] [--size=1920x1080]`); with `--sweep` it also runs a sweep from the
 Sweep dock and writes docs/sweep.png (the window with the Sweep dock raised) and docs/frontier.png (the frontier
 plot's own export, 1600 px wide), then a needle grid from its dock: docs/needle_grid.png (the window with the grid
 raised). Without a display it re-runs itself under `xvfb-run` (Qt's xcb plugin needs libxcb-cursor0, libxcb-icccm4
@@ -20,7 +20,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "docs" / "screenshot.png"
-SIZE = (1280, 800)
+
+
+def _size(argv: list[str]) -> tuple[int, int]:
+    """--size=WxH (default 1280x800, a 13-inch laptop; 1920x1080 for a desktop screen)."""
+    for arg in argv:
+        if arg.startswith("--size="):
+            width, _, height = arg.removeprefix("--size=").partition("x")
+            return int(width), int(height)
+    return 1280, 800
+
+
+SIZE = _size(sys.argv[1:])
 CONFIG = {"method": "snapkv", "ratio": 0.25, "bits": 4, "group_size": 64}
 #: The sample whose answer a query-aware method keeps at 25 % and streaming_llm loses (resources/prompts/notes.json).
 SHOWCASE = "dict_lookup"
@@ -218,6 +229,6 @@ def _window_shot(app, window, dock, out: Path) -> bool:  # noqa: ANN001
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--sweep"]
+    args = [a for a in sys.argv[1:] if a != "--sweep" and not a.startswith("--size=")]
     target = Path(args[0]) if args else DEFAULT_OUT
     sys.exit(_rerun_under_xvfb() if _needs_display() else main(target, sweep="--sweep" in sys.argv))
