@@ -11,6 +11,8 @@ import pytest
 from mlx_lm.models import base as mlx_base
 
 from kvcore import cache_tensor_bytes, quantize_cache
+from kvcore.cache import files as cache_io
+from kvcore.cache.residual import ResidualKVCache, split_select
 from kvcore.cache.sparse import dequantized
 from kvcore.cli.main import main
 from kvcore.model.attention import split_quantized_sdpa
@@ -81,21 +83,56 @@ def test_genuine_attention_equals_attention_over_the_unrotated_dequantized_rows(
     assert np.abs(np.array(unrotated) - np.array(want)).max() > 1e-2
 
 
-def test_model_decode_on_the_rotated_cache_equals_attention_over_its_dequantized_rows(models):
+@pytest.mark.parametrize("kb, vb", [(4, 4), (8, 3), (16, 4), (4, 16)])
+def test_model_decode_on_the_rotated_cache_equals_attention_over_its_dequantized_rows(models, kb, vb):
     model, tok = models["llama"]
     ids = prompt_ids(tok)
-    packed = quantize_cache(prefill(model, ids), bits=4, group_size=32, quant="rotated")
-    assert all((c.quant, c.mode, c.bits, c.value_bits) == ("rotated", "affine", 4, 4) for c in packed)
-    got = run(model, packed, [5, 6, 7])
+    packed = quantize_cache(prefill(model, ids), bits=kb, group_size=32, value_bits=vb, quant="rotated")
+    assert all((c.quant, c.mode, c.bits, c.value_bits) == ("rotated", "affine", kb, vb) for c in packed)
+    got = np.concatenate([run(model, packed, [5, 6, 7]), run(model, packed, [8])])  # several tokens, then one
     scheme = get("rotated", group_size=32)
 
     def sdpa(queries, keys, values, cache, scale, mask, sinks=None):
-        k, v = (scheme.unpack(scheme.pack(x, 4), 4) for x in (keys, values))  # every row, as the cache packs
+        k, v = (  # every row, as the cache packs them; a side of width 16 stays float
+            x if b == 16 else scheme.unpack(scheme.pack(x, b), b) for x, b in ((keys, kb), (values, vb))
+        )
         return mlx_base.scaled_dot_product_attention(queries, k, v, cache, scale, mask, sinks)
 
     dense = prefill(model, ids)
     with _attention_replaced(model, sdpa):
-        want = run(model, dense, [5, 6, 7])
+        want = np.concatenate([run(model, dense, [5, 6, 7]), run(model, dense, [8])])
+    np.testing.assert_allclose(got, want, atol=2e-3, rtol=0)
+
+
+def test_files_keep_the_scheme_and_the_rotation(models, tmp_path):
+    model, tok = models["llama"]
+    packed = quantize_cache(prefill(model, prompt_ids(tok)), bits=4, group_size=32, quant="rotated")
+    path = tmp_path / "cache.safetensors"
+    cache_io.save_cache(path, packed)
+    loaded, _ = cache_io.load_cache(path)
+    assert all(c.quant == "rotated" for c in loaded)
+    np.testing.assert_array_equal(run(model, loaded, [5]), run(model, packed, [5]))
+
+
+def test_decode_with_a_float_residual_equals_attention_over_dequantized_body_and_float_rows(models):
+    model, tok = models["llama"]
+    ids = prompt_ids(tok)
+    T, n_sink, recent = len(ids), 2, 3
+    packed = quantize_cache(prefill(model, ids), bits=4, group_size=32, quant="rotated")
+    cache = split_select(prefill(model, ids), packed, [np.arange(T)] * len(packed), T, n_sink, recent)
+    assert all(isinstance(c, ResidualKVCache) and c.quant == "rotated" for c in cache)
+    got = np.concatenate([run(model, cache, [5, 6, 7]), run(model, cache, [8])])
+    scheme = get("rotated", group_size=32)
+
+    def sdpa(queries, keys, values, cache, scale, mask, sinks=None):
+        rows = np.arange(keys.shape[2])
+        exact = mx.array(((rows < n_sink) | (rows >= T - recent))[:, None])  # the residual and new tokens
+        k, v = (mx.where(exact, x, scheme.unpack(scheme.pack(x, 4), 4)) for x in (keys, values))
+        return mlx_base.scaled_dot_product_attention(queries, k, v, cache, scale, mask, sinks)
+
+    dense = prefill(model, ids)
+    with _attention_replaced(model, sdpa):
+        want = np.concatenate([run(model, dense, [5, 6, 7]), run(model, dense, [8])])
     np.testing.assert_allclose(got, want, atol=2e-3, rtol=0)
 
 
