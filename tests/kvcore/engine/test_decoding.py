@@ -1,0 +1,184 @@
+"""Decoding-time eviction: the rolling streaming_llm window and knorm, with rows and bytes really dropped."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from kvcore.cache import sparse as caches
+from kvcore.cli.main import main
+from kvcore.engine.decoding import DecodingPolicy, decode_with_policy
+from kvcore.engine.session import CompressionConfig, Session
+
+PROMPT = (
+    "def main(argv):\n    return sum(x * x for x in argv)\nThe quick brown fox jumps over the lazy dog. " * 2
+)
+N = 40
+
+
+@pytest.fixture(scope="module")
+def session(model_dirs):
+    s = Session.load(str(model_dirs["llama"]))
+    s.prefill(PROMPT, n_tokens=N)
+    return s
+
+
+def _row_bytes(session) -> int:
+    """Bytes of one stored row of one kv-head, keys and values, float32 test weights."""
+    return 2 * session.info.head_dim * 4
+
+
+@pytest.mark.parametrize("schedule", ["paper", "mlx-lm"])
+def test_rolling_window_keeps_sinks_and_most_recent(session, schedule):
+    state = session.compress(CompressionConfig("streaming_llm", 0.5, schedule=schedule))
+    policy = DecodingPolicy("streaming_llm", budget=12, interval=5, n_sink=4)
+    run = decode_with_policy(session, state, policy, N)
+    assert len(run.tokens) == N
+    T = session.n_compressible(schedule)
+    assert run.compressions[0].step == 0  # the prefill kept more than the budget: evicted before decoding
+    assert [c.step for c in run.compressions[1:]] == list(range(5, len(run.steps) + 1, 5))
+    for c in run.compressions:
+        newest = T + c.step  # positions 0 … T + step − 1 have been written
+        expected = [0, 1, 2, 3, *range(newest - 8, newest)]
+        for layer in c.kept:
+            for head in layer:
+                assert head == expected
+        assert c.rows == [12] * session.info.n_layers
+    assert state.cache[0].n_kept == len(np.flatnonzero(state.kept[0, 0]))  # the state itself is unchanged
+
+
+def test_rows_never_exceed_budget_plus_interval_and_bytes_are_stored_arrays(session):
+    state = session.compress(CompressionConfig("full", 1.0))
+    policy = DecodingPolicy("streaming_llm", budget=10, interval=7, n_sink=2)
+    run = decode_with_policy(session, state, policy, N)
+    info = session.info
+    assert run.max_cache_tokens == 10 + 7
+    assert max(r for s in run.steps for r in s.rows) == 17
+    for s in run.steps:
+        assert all(r <= 17 for r in s.rows)
+        assert s.bytes == sum(s.rows) * info.n_kv_heads * _row_bytes(session)
+    for c in run.compressions:
+        assert c.bytes == info.n_layers * info.n_kv_heads * 10 * _row_bytes(session)
+    summary = run.bytes_summary()
+    assert summary["max"] == info.n_layers * info.n_kv_heads * 17 * _row_bytes(session)
+    assert summary["min"] == info.n_layers * info.n_kv_heads * 11 * _row_bytes(session)
+    assert summary["last"] == run.steps[-1].bytes
+
+
+@pytest.mark.parametrize("method", ["streaming_llm", "knorm"])
+@pytest.mark.parametrize("schedule", ["paper", "mlx-lm"])
+def test_budget_above_everything_is_plain_greedy(session, method, schedule):
+    state = session.compress(CompressionConfig("snapkv", 0.5, schedule=schedule))
+    policy = DecodingPolicy(method, budget=session.n_compressible(schedule) + N, interval=3)
+    run = decode_with_policy(session, state, policy, N)
+    assert run.compressions == []
+    assert run.tokens == session.continuation(state, N)
+
+
+def test_knorm_keeps_the_lowest_key_norms(session):
+    state = session.compress(CompressionConfig("full", 1.0, schedule="mlx-lm"))
+    policy = DecodingPolicy("knorm", budget=9, interval=4)
+    run = decode_with_policy(session, state, policy, 13)
+    first = run.compressions[0]
+    assert first.step == 0
+    dense = state.cache
+    for layer, heads in enumerate(first.kept):
+        keys = np.array(dense[layer].keys_and_values()[0][0]).astype(np.float64)
+        norms = np.linalg.norm(keys, axis=-1)
+        for h, kept in enumerate(heads):  # RoPE keeps norms, so a repeated token ties up to rounding
+            assert len(kept) == 9 and kept == sorted(kept)
+            evicted = np.setdiff1d(np.arange(norms.shape[1]), kept)
+            assert norms[h, kept].max() <= norms[h, evicted].min() * (1 + 1e-5)
+    assert all(r <= 9 + 4 for s in run.steps for r in s.rows)
+    assert len(run.compressions) == 1 + 13 // 4
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"method": "h2o", "budget": 8}, "not one of"),
+        ({"method": "streaming_llm", "budget": 4, "n_sink": 4}, "at least n_sink + 1 = 5"),
+        ({"method": "streaming_llm", "budget": 8, "interval": 0}, "at least 1 token"),
+        ({"method": "knorm", "budget": 0}, "give at least 1"),
+    ],
+)
+def test_bad_policy_is_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        DecodingPolicy(**kwargs)
+
+
+def test_packed_cache_decodes_under_a_policy(session):
+    state = session.compress(CompressionConfig("snapkv", 0.5, bits=4, group_size=32))
+    run = decode_with_policy(session, state, DecodingPolicy("knorm", budget=8, interval=4), 12)
+    assert len(run.tokens) == 12 and run.max_cache_tokens <= 12
+    assert all(isinstance(c, caches.SparseQuantizedKVCache) for c in state.cache)
+
+
+def test_cli_decode_policy_json(model_dirs, prompt_file, capsys):
+    argv = [
+        "compress",
+        "--model",
+        str(model_dirs["llama"]),
+        "--prompt-file",
+        str(prompt_file),
+        "--tokens",
+        "20",
+    ]
+    argv += ["--method", "full", "--ratio", "1.0", "--n-sink", "2", "--json"]
+    argv += ["--decode-method", "streaming_llm", "--decode-budget", "8", "--decode-interval", "4"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["decode_method"] == "streaming_llm" and out["decode_budget"] == 8
+    assert out["max_cache_tokens"] == 8 + 4
+    row = 2 * 32 * 4 * 2 * 4  # keys and values · head_dim · float32 · kv-heads · layers
+    assert out["decode_bytes_max"] == 12 * row and out["decode_bytes_min"] == 9 * row
+    assert out["decode_bytes_last"] in range(9 * row, 12 * row + 1, row)
+    assert 0.0 <= out["decode_agreement"] <= 1.0
+    divergence = out["decode_first_divergence"]
+    assert divergence is None or 1 <= divergence < 20  # "paper": the first token is the dense prefill's
+
+
+def test_cli_decode_budget_bigger_than_all_agrees_with_dense(model_dirs, prompt_file, capsys):
+    argv = [
+        "compress",
+        "--model",
+        str(model_dirs["llama"]),
+        "--prompt-file",
+        str(prompt_file),
+        "--tokens",
+        "10",
+    ]
+    argv += [
+        "--method",
+        "full",
+        "--ratio",
+        "1.0",
+        "--json",
+        "--decode-method",
+        "knorm",
+        "--decode-budget",
+        "4096",
+    ]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["decode_agreement"] == 1.0 and out["decode_first_divergence"] is None
+    assert out["decode_compressions"] == 0
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--decode-method", "h2o", "--decode-budget", "8"], "not one of"),
+        (["--decode-method", "streaming_llm", "--decode-budget", "4"], "n_sink + 1 = 5"),
+        (["--decode-method", "knorm", "--decode-budget", "8", "--decode-interval", "0"], "at least 1 token"),
+        (["--decode-method", "knorm"], "--decode-method needs --decode-budget"),
+        (["--decode-budget", "8"], "needs --decode-method"),
+    ],
+)
+def test_cli_bad_decode_input_before_the_model_loads(tmp_path, prompt_file, capsys, extra, message):
+    # the model folder does not exist: a refusal that names it would mean the model was looked at first
+    argv = ["compress", "--model", str(tmp_path / "no-model"), "--prompt-file", str(prompt_file), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "no-model" not in err
