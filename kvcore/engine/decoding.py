@@ -22,6 +22,7 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.cache import sparse as caches
+from kvcore.cache.residual import ResidualKVCache
 from kvcore.capture.prefill import Cancelled
 from kvcore.defaults import DEFAULT_DECODE_INTERVAL, DEFAULT_N_SINK, DEFAULT_QUANT
 
@@ -153,7 +154,7 @@ def decode_with_policy(
         raise ValueError(f"tokens to generate must be at least 1, got {n}")
     if not session.dense_tokens:
         raise ValueError("no prefill: prefill a prompt before decoding")
-    if any(not hasattr(c, "offset") or hasattr(c, "body") for c in state.cache):
+    if any(isinstance(c, ResidualKVCache) for c in state.cache):
         raise ValueError(
             "decoding policies evict from plain sparse caches: drop fp_recent (the float residual) to use one"
         )

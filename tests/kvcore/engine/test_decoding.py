@@ -115,6 +115,37 @@ def test_packed_cache_decodes_under_a_policy(session):
     assert all(isinstance(c, caches.SparseQuantizedKVCache) for c in state.cache)
 
 
+@pytest.mark.parametrize("method", ["streaming_llm", "knorm"])
+def test_ragged_prefill_state_evicts_per_head(session, method):
+    state = session.compress(CompressionConfig("adakv", 0.4))
+    held = [[p.tolist() for p in c.retained_positions] for c in state.cache]
+    counts = [len(p) for heads in held for p in heads]
+    assert len(set(counts)) > 1  # adakv's per-head budgets: the layers start ragged
+    budget = (min(counts) + max(counts)) // 2
+    run = decode_with_policy(session, state, DecodingPolicy(method, budget=budget, interval=5, n_sink=2), 16)
+    assert run.max_cache_tokens <= budget + 5
+    T, step = session.n_compressible("paper"), 0
+    for c in run.compressions:
+        for layer, heads in enumerate(c.kept):
+            for h, kept in enumerate(heads):
+                before = held[layer][h] + list(range(T + step, T + c.step))
+                assert len(kept) <= budget and kept == sorted(set(kept)) and set(kept) <= set(before)
+                if len(before) <= budget:
+                    assert kept == before  # a head within the budget loses nothing
+                elif method == "streaming_llm":  # the sinks it still held and the newest budget − n_sink
+                    assert kept == [p for p in before if p < 2] + before[-(budget - 2) :]
+                else:
+                    assert len(kept) == budget
+        held, step = c.kept, c.step
+    assert step > 0
+
+
+def test_float_residual_is_refused(session):
+    state = session.compress(CompressionConfig("snapkv", 0.5, bits=4, group_size=32, fp_recent=4))
+    with pytest.raises(ValueError, match="fp_recent"):
+        decode_with_policy(session, state, DecodingPolicy("knorm", budget=8), 4)
+
+
 def test_cli_decode_policy_json(model_dirs, prompt_file, capsys):
     argv = [
         "compress",
