@@ -691,7 +691,13 @@ def _decode_summary(session: Any, state: Any, policy: Any, n: int) -> dict[str, 
     from kvcore.engine.decoding import decode_with_policy
     from kvcore.measure.metrics import first_divergence
 
-    run = decode_with_policy(session, state, policy, n)
+    label = f"decoding {policy.method} budget={policy.budget} every {policy.interval}"
+    drawn = sys.stderr.isatty()
+    run = decode_with_policy(
+        session, state, policy, n, on_progress=(lambda d, t: draw_progress(d, t, label)) if drawn else None
+    )
+    if drawn:
+        end_progress()
     dense = session.dense_tokens[:n]
     same = sum(a == b for a, b in zip(dense, run.tokens, strict=False))
     size = run.bytes_summary()
@@ -733,7 +739,11 @@ def _print_human(session: Any, summary: dict, tokens: list[int]) -> None:
     comp = session.tokenizer.decode(tokens)
     print(f"dense:      {dense!r}")
     print(f"compressed: {comp!r}")
+    if "decode_text" in summary:
+        print(f"decoding:   {summary['decode_text']!r}")
     for k, v in summary.items():
+        if k == "decode_text":
+            continue
         print(f"{k:>24}: {v:.4g}" if isinstance(v, float) else f"{k:>24}: {v}")
 
 

@@ -165,23 +165,36 @@ def decode_with_policy(
         feed, run.tokens = session.dense_tokens[0], [session.dense_tokens[0]]
     else:
         feed = session.prompt_ids[-1]
+    if should_cancel is not None and should_cancel():
+        raise Cancelled(f"generation cancelled after {len(run.tokens)} of {n} tokens")
+    # Pipelined as Session._greedy: step i + 1 is queued before token i is read back. An eviction waits for the
+    # queued step (its gathers read the rows that step wrote), then the next step runs on the evicted cache.
+    pending = _step(session, cache, mx.array([[feed]])) if len(run.tokens) < n else None
     appended = 0
-    while len(run.tokens) < n:
-        if should_cancel is not None and should_cancel():
-            raise Cancelled(f"generation cancelled after {len(run.tokens)} of {n} tokens")
-        logits = session.model(mx.array([[feed]]), cache=cache)
-        session.forward_calls += 1
-        feed = int(mx.argmax(logits[0, -1]).item())
-        run.tokens.append(feed)
+    while pending is not None:
         appended += 1
         rows, size = _rows(cache), caches.cache_tensor_bytes(cache)
         evict = appended % policy.interval == 0
         if evict:
             cache = _evict(cache, policy, run, appended)
         run.steps.append(DecodeStep(appended, rows, size, evict))
+        following = _step(session, cache, pending) if len(run.tokens) + 1 < n else None
+        run.tokens.append(int(pending.item()))
         if on_progress is not None:
             on_progress(len(run.tokens), n)
+        if following is not None and should_cancel is not None and should_cancel():
+            raise Cancelled(f"generation cancelled after {len(run.tokens)} of {n} tokens")
+        pending = following
     return run
+
+
+def _step(session: Any, cache: list[Any], y: mx.array) -> mx.array:
+    """Feed token(s) `y` [1, 1] through `cache` (appending a row) and queue the greedy next token [1, 1]."""
+    logits = session.model(y, cache=cache)
+    session.forward_calls += 1
+    out = mx.argmax(logits[:, -1], axis=-1, keepdims=True)
+    mx.async_eval(out)
+    return out
 
 
 def _evict(cache: list[Any], policy: DecodingPolicy, run: DecodingRun, step: int) -> list[Any]:

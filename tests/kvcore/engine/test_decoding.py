@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from kvcore.cache import sparse as caches
+from kvcore.capture.prefill import Cancelled
 from kvcore.cli.main import main
 from kvcore.engine.decoding import DecodingPolicy, decode_with_policy
 from kvcore.engine.session import CompressionConfig, Session
@@ -138,6 +139,35 @@ def test_ragged_prefill_state_evicts_per_head(session, method):
                     assert len(kept) == budget
         held, step = c.kept, c.step
     assert step > 0
+
+
+def test_cancel_stops_the_decode(session):
+    state = session.compress(CompressionConfig("streaming_llm", 0.5))
+    calls = []
+
+    def cancel():
+        calls.append(1)
+        return len(calls) > 3
+
+    with pytest.raises(Cancelled, match="cancelled after"):
+        decode_with_policy(session, state, DecodingPolicy("streaming_llm", budget=8), N, should_cancel=cancel)
+    assert len(calls) == 4
+
+
+def test_cli_human_output_shows_the_decoding(model_dirs, prompt_file, capsys):
+    argv = [
+        "compress",
+        "--model",
+        str(model_dirs["llama"]),
+        "--prompt-file",
+        str(prompt_file),
+        "--tokens",
+        "8",
+    ]
+    argv += ["--decode-method", "streaming_llm", "--decode-budget", "6", "--decode-interval", "2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "decoding:   '" in out and "max_cache_tokens: 8" in out
 
 
 def test_float_residual_is_refused(session):
