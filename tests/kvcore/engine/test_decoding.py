@@ -3,8 +3,10 @@
 import json
 import re
 
+import mlx.core as mx
 import numpy as np
 import pytest
+from mlx_lm.models.cache import make_prompt_cache
 
 from kvcore.cache import sparse as caches
 from kvcore.capture.prefill import Cancelled
@@ -139,6 +141,52 @@ def test_ragged_prefill_state_evicts_per_head(session, method):
                     assert len(kept) == budget
         held, step = c.kept, c.step
     assert step > 0
+
+
+def test_knorm_on_ragged_layers_scores_each_heads_own_rows(session):
+    state = session.compress(CompressionConfig("adakv", 0.4))
+    full = session.compress(CompressionConfig("full", 1.0))
+    counts = [len(p) for c in state.cache for p in c.retained_positions]
+    budget = (min(counts) + max(counts)) // 2
+    run = decode_with_policy(session, state, DecodingPolicy("knorm", budget=budget), 2)
+    first = run.compressions[0]
+    assert first.step == 0
+    for layer, heads in enumerate(first.kept):
+        keys = np.array(full.cache[layer].keys_and_values()[0][0]).astype(np.float64)
+        for h, kept in enumerate(heads):
+            held = state.cache[layer].retained_positions[h]
+            if len(held) <= budget:
+                assert kept == held.tolist()
+                continue
+            norms = np.linalg.norm(keys[h], axis=-1)
+            evicted = np.setdiff1d(held, kept)
+            assert len(kept) == budget and set(kept) <= set(held.tolist())
+            assert norms[kept].max() <= norms[evicted].min() * (1 + 1e-5)
+
+
+def test_knorm_ragged_later_steps_score_appended_rows(session):
+    """Layer 0's keys depend only on the token and its position, so a dense pass over prompt + generated tokens
+    gives every key the decode scored, appended rows of a ragged layer included."""
+    state = session.compress(CompressionConfig("adakv", 0.4))
+    counts = [len(p) for p in state.cache[0].retained_positions]
+    budget = (min(counts) + max(counts)) // 2
+    run = decode_with_policy(session, state, DecodingPolicy("knorm", budget=budget, interval=5), 40)
+    dense = make_prompt_cache(session.model)
+    session.model(mx.array([[*session.prompt_ids, *run.tokens]]), cache=dense)
+    norms = np.linalg.norm(np.array(dense[0].keys[0, :, : dense[0].offset]).astype(np.float64), axis=-1)
+    held, step, T = [p.tolist() for p in state.cache[0].retained_positions], 0, len(session.prompt_ids)
+    scored_appended = False
+    for c in run.compressions:
+        for h, kept in enumerate(c.kept[0]):
+            before = held[h] + list(range(T + step, T + c.step))
+            if len(before) <= budget:
+                assert kept == before
+                continue
+            evicted = np.setdiff1d(before, kept)
+            assert len(kept) == budget and norms[h, kept].max() <= norms[h, evicted].min() * (1 + 1e-4)
+            scored_appended |= c.step > 0 and len(held[h]) < max(len(p) for p in held)
+        held, step = c.kept[0], c.step
+    assert scored_appended  # a head shorter than the padded width had appended rows scored
 
 
 def test_cancel_stops_the_decode(session):
