@@ -1,6 +1,7 @@
 """Headless subcommands on the same engine as the app (no Qt imported).
 
   kvlens compress -p "TEXT" --method snapkv --ratio 0.25 --bits 4 [--csv S] [--positions P] [--json]
+                  [--decode-method streaming_llm --decode-budget 256 --decode-interval 16]  (evict while generating)
   kvlens sweep --prompt-file F --methods snapkv,h2o --ratios 0.1,0.25,0.5 --bits 4,8,16 --csv out.csv
                [--plot frontier.png --metric kl_mean]     (ratios may also be a range: 0.1:0.5:0.1)
   kvlens probe --methods snapkv,streaming_llm --ratios 0.25,0.5 --depths 0.1,0.5,0.9 --lengths 800,1600 --csv p.csv
