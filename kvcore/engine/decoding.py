@@ -132,8 +132,10 @@ class DecodingRun:
         return max(held or self.start_rows, default=0)
 
     def bytes_summary(self) -> dict[str, int]:
-        """min / max / last bytes over the steps (the start state when nothing was appended)."""
-        values = [s.bytes for s in self.steps] or [self.start_bytes]
+        """min / max / last bytes over the steps (the evicted or the start state when nothing was appended)."""
+        values = (
+            [s.bytes for s in self.steps] or [c.bytes for c in self.compressions[-1:]] or [self.start_bytes]
+        )
         return {"min": min(values), "max": max(values), "last": values[-1]}
 
 
