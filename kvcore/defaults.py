@@ -79,6 +79,8 @@ DEFAULT_CONFIG: dict[str, object] = {
 }
 #: Tokens of the dense greedy continuation a prefill computes (GUI and CLI).
 DEFAULT_CONTINUATION_TOKENS = 32
+#: Tokens appended between two evictions of a decoding policy (kvcore.engine.decoding).
+DEFAULT_DECODE_INTERVAL = 16
 
 #: Queries captured at prefill; a method's window can go up to this without a new prefill.
 CAPTURE_WINDOW = 256

@@ -1,6 +1,7 @@
 """Headless subcommands on the same engine as the app (no Qt imported).
 
   kvlens compress -p "TEXT" --method snapkv --ratio 0.25 --bits 4 [--csv S] [--positions P] [--json]
+                  [--decode-method streaming_llm --decode-budget 256 --decode-interval 16]  (evict while generating)
   kvlens sweep --prompt-file F --methods snapkv,h2o --ratios 0.1,0.25,0.5 --bits 4,8,16 --csv out.csv
                [--plot frontier.png --metric kl_mean]     (ratios may also be a range: 0.1:0.5:0.1)
   kvlens probe --methods snapkv,streaming_llm --ratios 0.25,0.5 --depths 0.1,0.5,0.9 --lengths 800,1600 --csv p.csv
@@ -31,6 +32,7 @@ from kvcore.cli.progress import draw_progress, end_progress
 from kvcore.defaults import (
     ALLOWED_BITS,
     DEFAULT_CONTINUATION_TOKENS,
+    DEFAULT_DECODE_INTERVAL,
     DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
     DEFAULT_KERNEL,
@@ -154,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
                 "question (the question is then in every observation window)",
             )
             s.add_argument("--json", action="store_true", help="print the summary metrics as one JSON object")
+            _add_decoding(s)
         else:
             s.add_argument("--methods", default=",".join(DEFAULT_SWEEP_METHODS))
             s.add_argument(
@@ -179,6 +182,40 @@ def _parser() -> argparse.ArgumentParser:
                 help=f"the frontier plot's quality axis (default {DEFAULT_METRIC})",
             )
     return p
+
+
+def _add_decoding(s: argparse.ArgumentParser) -> None:
+    """--decode-method/-budget/-interval: evict while generating --tokens (kvcore.engine.decoding)."""
+    s.add_argument(
+        "--decode-method",
+        help="a decoding-time policy that evicts while the model writes: streaming_llm (the --n-sink sinks and "
+        "the most recent tokens) or knorm",
+    )
+    s.add_argument("--decode-budget", type=int, help="with --decode-method: rows kept per kv-head")
+    s.add_argument(
+        "--decode-interval",
+        type=int,
+        default=DEFAULT_DECODE_INTERVAL,
+        help=f"with --decode-method: generated tokens between evictions (default {DEFAULT_DECODE_INTERVAL})",
+    )
+
+
+def _decoding_policy(args: argparse.Namespace) -> Any:
+    """The --decode-* flags as a DecodingPolicy, or None; refused before the model loads."""
+    method = getattr(args, "decode_method", None)
+    budget = getattr(args, "decode_budget", None)
+    if method is None:
+        if budget is not None:
+            raise UsageError("--decode-budget needs --decode-method (streaming_llm or knorm)")
+        return None
+    if budget is None:
+        raise UsageError("--decode-method needs --decode-budget: the rows kept per kv-head")
+    from kvcore.engine.decoding import DecodingPolicy
+
+    try:
+        return DecodingPolicy(method, budget, args.decode_interval, args.n_sink)
+    except ValueError as exc:
+        raise UsageError(f"--decode-*: {exc}") from None
 
 
 def _add_chat(s: argparse.ArgumentParser) -> None:
@@ -526,6 +563,7 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
         configs = _configs(args)
     if args.tokens < 1:
         raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
+    args.decoding_policy = _decoding_policy(args)
     questions = None
     if getattr(args, "questions", None) is not None:
         from kvcore.sets.questions_file import load_questions
@@ -616,6 +654,8 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
         answers = [answer_query_aware(session, context, q, cfg, args.tokens) for q in questions]
     else:
         answers = [session.answer(state, q, args.tokens) for q in questions or ()]
+    if args.decoding_policy is not None:
+        summary.update(_decode_summary(session, state, args.decoding_policy, args.tokens))
     if answers:
         summary["accuracy_dense"] = accuracy(answers, compressed=False)
         summary["accuracy_compressed"] = accuracy(answers, compressed=True)
@@ -647,6 +687,36 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
     return 0
 
 
+def _decode_summary(session: Any, state: Any, policy: Any, n: int) -> dict[str, Any]:
+    """The continuation under a decoding policy against the dense one: cache size, bytes, agreement."""
+    from kvcore.engine.decoding import decode_with_policy
+    from kvcore.measure.metrics import first_divergence
+
+    label = f"decoding {policy.method} budget={policy.budget} every {policy.interval}"
+    drawn = sys.stderr.isatty()
+    run = decode_with_policy(
+        session, state, policy, n, on_progress=(lambda d, t: draw_progress(d, t, label)) if drawn else None
+    )
+    if drawn:
+        end_progress()
+    dense = session.dense_tokens[:n]
+    same = sum(a == b for a, b in zip(dense, run.tokens, strict=False))
+    size = run.bytes_summary()
+    return {
+        "decode_method": policy.method,
+        "decode_budget": policy.budget,
+        "decode_interval": policy.interval,
+        "decode_compressions": len(run.compressions),
+        "max_cache_tokens": run.max_cache_tokens,
+        "decode_bytes_min": size["min"],
+        "decode_bytes_max": size["max"],
+        "decode_bytes_last": size["last"],
+        "decode_agreement": same / len(dense) if dense else float("nan"),
+        "decode_first_divergence": first_divergence(dense, run.tokens),
+        "decode_text": session.tokenizer.decode(run.tokens),
+    }
+
+
 def _json_safe(value: Any) -> Any:
     """NaN and ±inf as null: JSON has no such numbers, and a bare NaN breaks every strict reader."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -670,7 +740,11 @@ def _print_human(session: Any, summary: dict, tokens: list[int]) -> None:
     comp = session.tokenizer.decode(tokens)
     print(f"dense:      {dense!r}")
     print(f"compressed: {comp!r}")
+    if "decode_text" in summary:
+        print(f"decoding:   {summary['decode_text']!r}")
     for k, v in summary.items():
+        if k == "decode_text":
+            continue
         print(f"{k:>24}: {v:.4g}" if isinstance(v, float) else f"{k:>24}: {v}")
 
 
