@@ -71,7 +71,8 @@ def _loading(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the engine thread's name from /proc")
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+# SIGINT takes the same path as SIGTERM (one handler): it runs in full under `make eval` to keep `make test` short.
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.eval)])
 def test_the_real_app_quit_during_a_model_load_exits_0_within_2_s(slow_model, tmp_path, signum):
     root = Path(__file__).resolve().parents[2]
     env = {
