@@ -25,6 +25,7 @@ import kvcore  # noqa: F401  (loads the optimized BLAS before mlx)
 import numpy as np
 
 from benchmarks.common import ROOT
+from kvcore.atomic import write_text
 
 PROMPTS = ("dict_lookup", "needle_in_code", "long_identifier")
 
@@ -37,7 +38,7 @@ def write_ids(path: Path) -> None:
     for name in PROMPTS:
         ids = list(tokenizer.encode((ROOT / "resources" / "prompts" / f"{name}.txt").read_text()))
         prompts.append({"name": name, "ids": {"paper": ids, "mlx-lm": ids[:-1]}})
-    path.write_text(json.dumps(prompts))
+    write_text(path, json.dumps(prompts))
     sizes = ", ".join(f"{p['name']} ({len(p['ids']['paper'])} tokens)" for p in prompts)
     print(f"wrote {path}: {sizes}")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import types
@@ -127,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"
                     result["kept"][key] = _kept(model, press, ids, torch, DynamicCache)
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)
-    args.out.write_text(json.dumps(result))
+    partial = args.out.with_name(
+        f".{args.out.name}.partial"
+    )  # torch's venv has no kvcore: temp file + rename
+    partial.write_text(json.dumps(result))
+    os.replace(partial, args.out)
     return 0
 
 

@@ -8,6 +8,9 @@ one declaration instead of a list kept elsewhere.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,3 +59,33 @@ def param(
     """A declared parameter field: its default, a one-line help and its limits (checked on creation)."""
     meta = {"help": help, "minimum": minimum, "maximum": maximum, "odd": odd}
     return dataclasses.field(default=default, metadata={"parameter": meta})
+
+
+def declared_parameters(cls: type) -> tuple[Parameter, ...]:
+    """The parameters a dataclass declares with `param`, in field order."""
+    return tuple(
+        Parameter(f.name, f.default, **f.metadata["parameter"])
+        for f in dataclasses.fields(cls)
+        if "parameter" in f.metadata
+    )
+
+
+def discover(package: str, path: Iterable[str], base: type, what: str) -> dict[str, type]:
+    """name -> class for every `base` subclass with a `name` defined in a module of `package` (on `path`): a new
+    method or scheme is one new file. ValueError when two classes share a name, naming both modules."""
+    found: dict[str, type] = {}
+    for info in sorted(pkgutil.iter_modules(list(path)), key=lambda m: m.name):
+        module = importlib.import_module(f"{package}.{info.name}")
+        for obj in vars(module).values():
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, base)
+                and obj.__module__ == module.__name__
+                and obj.name
+            ):
+                if obj.name in found and found[obj.name] is not obj:
+                    raise ValueError(
+                        f"two {what} are named {obj.name!r}: {found[obj.name].__module__} and {obj.__module__}"
+                    )
+                found[obj.name] = obj
+    return found

@@ -28,29 +28,31 @@ def loaded_models(model_dirs):
     return {arch: mlx_lm.load(str(path)) for arch, path in model_dirs.items()}
 
 
-@pytest.fixture
-def method_folder(tmp_path, monkeypatch):
-    """A folder on kvcore.methods' package path: a method file written there is a module of the package, as a
-    new file in kvcore/methods/ would be. Discovery is cleared before and after, so no other test sees it."""
-    from kvcore import methods
-
-    folder = tmp_path / "more_methods"
+def package_folder(package, tmp_path, monkeypatch):
+    """A folder on `package`'s path (kvcore.methods or kvcore.quant): a file written there is a module of the
+    package, as a new file in it would be. Discovery is cleared before and after, so no other test sees it."""
+    folder = tmp_path / f"more_{package.__name__.rsplit('.', 1)[1]}"
     folder.mkdir()
-    monkeypatch.setattr(methods, "__path__", [*methods.__path__, str(folder)])
-    methods._classes.cache_clear()
-    methods.available.cache_clear()
+    monkeypatch.setattr(package, "__path__", [*package.__path__, str(folder)])
+    package._classes.cache_clear()
+    package.available.cache_clear()
     yield folder
     monkeypatch.undo()
+    stems = {p.stem for p in folder.glob("*.py")}
     for name in [
-        m for m in sys.modules if m.startswith("kvcore.methods.") and m.rsplit(".", 1)[1] in _stems(folder)
+        m for m in sys.modules if m.startswith(f"{package.__name__}.") and m.rsplit(".", 1)[1] in stems
     ]:
         del sys.modules[name]
-    methods._classes.cache_clear()
-    methods.available.cache_clear()
+    package._classes.cache_clear()
+    package.available.cache_clear()
 
 
-def _stems(folder) -> set[str]:
-    return {p.stem for p in folder.glob("*.py")}
+@pytest.fixture
+def method_folder(tmp_path, monkeypatch):
+    """A folder whose method files are methods of kvcore.methods (package_folder)."""
+    from kvcore import methods
+
+    yield from package_folder(methods, tmp_path, monkeypatch)
 
 
 #: A method with a parameter no built-in method has: keep every stride-th position (and the last ones).

@@ -6,11 +6,9 @@ h2o, and bare `adakv` wraps the wrapper's `default_inner` (snapkv). `get("random
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from functools import cache
 
-from kvcore.declared import Parameter
+from kvcore.declared import Parameter, discover
 from kvcore.methods.base import Method
 
 __all__ = ["Method", "Parameter", "available", "describe", "get"]
@@ -19,22 +17,7 @@ __all__ = ["Method", "Parameter", "available", "describe", "get"]
 @cache
 def _classes() -> dict[str, type[Method]]:
     """name -> class, for every method class defined in a module of this package (imported on first use)."""
-    found: dict[str, type[Method]] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for obj in vars(module).values():
-            if (
-                isinstance(obj, type)
-                and issubclass(obj, Method)
-                and obj.__module__ == module.__name__
-                and obj.name
-            ):
-                if obj.name in found and found[obj.name] is not obj:
-                    raise ValueError(
-                        f"two methods are named {obj.name!r}: {found[obj.name].__module__} and {obj.__module__}"
-                    )
-                found[obj.name] = obj
-    return found
+    return discover(__name__, __path__, Method, "methods")
 
 
 def _wrappable(cls: type[Method]) -> bool:

@@ -18,7 +18,7 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
-from kvcore.declared import Parameter, param
+from kvcore.declared import Parameter, declared_parameters, param
 from kvcore.defaults import CAPTURE_WINDOW, DEFAULT_N_SINK, DEFAULT_WINDOW
 
 
@@ -47,12 +47,7 @@ class Method:
     @classmethod
     def own_parameters(cls) -> tuple[Parameter, ...]:
         """The hyper-parameters this class declares (a wrapper's, without its inner method's)."""
-        out = []
-        for f in dataclasses.fields(cls):
-            meta = f.metadata.get("parameter")
-            if meta is not None:
-                out.append(Parameter(f.name, f.default, **meta))
-        return tuple(out)
+        return declared_parameters(cls)
 
     def parameters(self) -> tuple[Parameter, ...]:
         """Every hyper-parameter this method reads (a wrapper's and its inner method's)."""

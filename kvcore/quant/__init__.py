@@ -6,10 +6,9 @@ The float residual beside a packed cache is an option of every scheme (`kvcore.c
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from functools import cache
 
+from kvcore.declared import discover
 from kvcore.defaults import DEFAULT_QUANT
 from kvcore.quant.base import QuantScheme
 
@@ -19,23 +18,7 @@ __all__ = ["QuantScheme", "available", "get"]
 @cache
 def _classes() -> dict[str, type[QuantScheme]]:
     """name -> class, for every scheme class defined in a module of this package (imported on first use)."""
-    found: dict[str, type[QuantScheme]] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for obj in vars(module).values():
-            if (
-                isinstance(obj, type)
-                and issubclass(obj, QuantScheme)
-                and obj.__module__ == module.__name__
-                and obj.name
-            ):
-                if obj.name in found and found[obj.name] is not obj:
-                    raise ValueError(
-                        f"two quantization schemes are named {obj.name!r}: "
-                        f"{found[obj.name].__module__} and {obj.__module__}"
-                    )
-                found[obj.name] = obj
-    return found
+    return discover(__name__, __path__, QuantScheme, "quantization schemes")
 
 
 @cache

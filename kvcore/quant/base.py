@@ -8,14 +8,13 @@ their last axis (head_dim) into stored parts, unpacks them, and says which width
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import mlx.core as mx
 import numpy as np
 
-from kvcore.declared import Parameter, param
+from kvcore.declared import Parameter, declared_parameters, param
 from kvcore.defaults import DEFAULT_GROUP_SIZE
 
 
@@ -50,12 +49,7 @@ class QuantScheme:
     @classmethod
     def parameters(cls) -> tuple[Parameter, ...]:
         """The parameters this scheme declares."""
-        out = []
-        for f in dataclasses.fields(cls):
-            meta = f.metadata.get("parameter")
-            if meta is not None:
-                out.append(Parameter(f.name, f.default, **meta))
-        return tuple(out)
+        return declared_parameters(cls)
 
     def values(self) -> dict[str, int | float]:
         """Each parameter's current value by name."""

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
+
+from tests.conftest import package_folder
 
 
 @pytest.fixture
 def scheme_folder(tmp_path, monkeypatch):
-    """As tests/conftest.py's method_folder, for kvcore.quant: discovery is cleared before and after, so no other
-    test sees a scheme written there."""
+    """A folder whose scheme files are schemes of kvcore.quant (tests/conftest.py's package_folder)."""
     from kvcore import quant
 
-    folder = tmp_path / "more_schemes"
-    folder.mkdir()
-    monkeypatch.setattr(quant, "__path__", [*quant.__path__, str(folder)])
-    quant._classes.cache_clear()
-    quant.available.cache_clear()
-    yield folder
-    monkeypatch.undo()
-    stems = {p.stem for p in folder.glob("*.py")}
-    for name in [m for m in sys.modules if m.startswith("kvcore.quant.") and m.rsplit(".", 1)[1] in stems]:
-        del sys.modules[name]
-    quant._classes.cache_clear()
-    quant.available.cache_clear()
+    yield from package_folder(quant, tmp_path, monkeypatch)
