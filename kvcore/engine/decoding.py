@@ -32,6 +32,7 @@ DECODE_METHODS = ("streaming_llm", "knorm")
 __all__ = [
     "DECODE_METHODS",
     "Compression",
+    "DecodeCancelled",
     "DecodeStep",
     "DecodingPolicy",
     "DecodingRun",
@@ -139,6 +140,14 @@ class DecodingRun:
         return {"min": min(values), "max": max(values), "last": values[-1]}
 
 
+class DecodeCancelled(Cancelled):
+    """A decode cancelled part way, carrying what it generated until then (`run`): the GUI keeps it (Esc)."""
+
+    def __init__(self, message: str, run: DecodingRun) -> None:
+        super().__init__(message)
+        self.run = run
+
+
 def decode_with_policy(
     session: Any,
     state: Any,
@@ -168,7 +177,7 @@ def decode_with_policy(
     else:
         feed = session.prompt_ids[-1]
     if should_cancel is not None and should_cancel():
-        raise Cancelled(f"generation cancelled after {len(run.tokens)} of {n} tokens")
+        raise DecodeCancelled(f"generation cancelled after {len(run.tokens)} of {n} tokens", run)
     # Pipelined as Session._greedy: step i + 1 is queued before token i is read back. An eviction waits for the
     # queued step (its gathers read the rows that step wrote), then the next step runs on the evicted cache.
     pending = _step(session, cache, mx.array([[feed]])) if len(run.tokens) < n else None
@@ -185,7 +194,7 @@ def decode_with_policy(
         if on_progress is not None:
             on_progress(len(run.tokens), n)
         if following is not None and should_cancel is not None and should_cancel():
-            raise Cancelled(f"generation cancelled after {len(run.tokens)} of {n} tokens")
+            raise DecodeCancelled(f"generation cancelled after {len(run.tokens)} of {n} tokens", run)
         pending = following
     return run
 
