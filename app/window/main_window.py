@@ -21,9 +21,11 @@ from app.controllers.plot_exports import ask_image_path, export_plot, export_row
 from app.controllers.results_files import OPEN_RESULTS, ResultsFiles
 from app.controllers.session_files import OPEN, SAVE, SessionFiles
 from app.controllers.sweep import SweepController
+from app.controllers.timeline import TimelineController
 from app.engine import jobs
 from app.engine.jobs import COMPRESS, EXTEND, LOAD, NEEDLES, PREFILL, SWEEP
 from app.engine.thread import EngineThread, JobFailure, JobResult
+from app.engine.timeline_jobs import DECODE
 from app.engine.view_model import CompressionView, LoadedModel, SequenceView
 from app.settings import Settings
 from app.widgets.comparison import ComparisonView, MetricsPanel
@@ -34,6 +36,7 @@ from app.widgets.scrolling import scrolled
 from app.widgets.session_panel import SessionPanel, find_cached_models
 from app.widgets.status_area import StatusArea
 from app.widgets.sweep_panel import SweepPanel
+from app.widgets.timeline import TimelinePanel
 from app.window import layout
 from app.window.arrow_keys import ArrowKeyGuard
 from app.window.parts import StatsPane, build_menus
@@ -52,6 +55,7 @@ LONG_KINDS = {
     OPEN: "Opening the session",
     OPEN_RESULTS: "Opening the results",
     SAVE: "Saving the session",
+    DECODE: "Decoding",
 }
 
 
@@ -104,6 +108,7 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self.sweeping = SweepController(self, self.sweepPanel, self.sweepDock)
         self.needles = NeedleController(self, self.needlePanel, self.needleDock)
+        self.timeline = TimelineController(self, self.timelinePanel, self.timelineDock)
         self.pinning = PinController(self)
         self.session_files = SessionFiles(self, self.pinning, self.sweeping)
         self.results_files = ResultsFiles(self, self.sweeping)
@@ -145,6 +150,8 @@ class MainWindow(QMainWindow):
         self.sweepDock = self._dock("Sweep", self.sweepPanel, scroll=False)
         self.needlePanel = NeedlePanel()
         self.needleDock = self._dock("Needle grid", self.needlePanel, scroll=False)
+        self.timelinePanel = TimelinePanel()
+        self.timelineDock = self._dock("Timeline", self.timelinePanel, scroll=False)
         layout.arrange_docks(self)
 
         panel = self.sessionPanel
@@ -177,6 +184,7 @@ class MainWindow(QMainWindow):
             self.statsDock,
             self.sweepDock,
             self.needleDock,
+            self.timelineDock,
         ]
 
     def _dock(self, title: str, widget: QWidget, scroll: bool = True) -> QDockWidget:
@@ -327,6 +335,7 @@ class MainWindow(QMainWindow):
         self.status.set_timing("prefill", seq.prefill_ms)
         cleared = self.pinning.clear("a new prefill has other positions")
         cleared = f"{cleared} {self.sweeping.clear('it was measured on another prefill')}".strip()
+        cleared = f"{cleared} {self.timeline.clear('it was decoded from another prefill')}".strip()
         self.status.show(
             f"Prefilled {seq.prompt_len} tokens; the dense continuation is the reference. {cleared}".strip()
         )
@@ -362,6 +371,7 @@ class MainWindow(QMainWindow):
         self.metricsPanel.set_baseline(info.cache_dtype or None)
         cleared = self.pinning.clear("another model was loaded")
         cleared = f"{cleared} {self.sweeping.clear('another model was loaded')}".strip()
+        cleared = f"{cleared} {self.timeline.clear('another model was loaded')}".strip()
         self.heatmap.clear()
         self.comparison.set_texts([], [], None)
         self.comparison.set_steps(None)

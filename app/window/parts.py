@@ -27,6 +27,7 @@ from app.controllers.pinning import PinController
 from app.controllers.results_files import OPEN_RESULTS_SHORTCUT, ResultsFiles
 from app.controllers.session_files import OPEN_SHORTCUT, SAVE_SHORTCUT, SessionFiles
 from app.controllers.sweep import SweepController
+from app.controllers.timeline import TimelineController
 from app.settings import Settings
 from app.widgets.stats_table import StatsTable
 from app.window.layout import RESET_LAYOUT_SHORTCUT
@@ -41,6 +42,7 @@ class MenuOwner(Protocol):
     results_files: ResultsFiles
     sweeping: SweepController
     needles: NeedleController
+    timeline: TimelineController
     pinning: PinController
 
     @property
@@ -207,6 +209,7 @@ def build_menus(owner: MenuOwner) -> WindowActions:
     view_menu.addSeparator()
     view_menu.addAction(owner.sweeping.show_action)
     view_menu.addAction(owner.needles.show_action)
+    view_menu.addAction(owner.timeline.show_action)
     view_menu.addSeparator()
     reset_layout = _action(
         window,
