@@ -18,7 +18,7 @@ from app.controllers.file_dialogs import STATS, save_path
 from app.controllers.host import Host, show_run_dock
 from app.controllers.plot_exports import ask_image_path, export_plot
 from app.engine.thread import JobFailure, JobResult
-from app.engine.timeline_jobs import DECODE, TimelineView, decode_timeline
+from app.engine.timeline_jobs import DECODE, TimelineView, decode_timeline, policy_text
 from app.widgets.timeline import TimelinePanel, summary_text
 from kvcore.engine.decoding import DecodingPolicy
 from kvcore.engine.timeline import write_timeline_csv
@@ -153,6 +153,10 @@ class TimelineController:
             view.not_compressible_labels,
         )
         heatmap.set_boundary(None)
+        heatmap.set_title(
+            f"The cache at decode step {step:,} of {view.timeline.n_steps:,} · {policy_text(view.policy)} "
+            "(Timeline)"
+        )
         self.host.status.show(
             f"Heatmap: the cache at decode step {step:,} of {view.timeline.n_steps:,} "
             f"({view.policy['method']}, budget {view.policy['budget']}); a recompress shows the prefill again."

@@ -249,6 +249,7 @@ class TimelinePanel(QWidget):
         shown.addRow("Layer", self.layerCombo)
         shown.addRow("kv-head", self.headCombo)
         exports = QHBoxLayout()
+        exports.addWidget(QLabel("Export"))
         exports.addWidget(self.exportImageButton)
         exports.addWidget(self.exportCsvButton)
         side = QVBoxLayout()

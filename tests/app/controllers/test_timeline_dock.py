@@ -86,6 +86,7 @@ def test_scrubbing_puts_each_compression_into_the_heatmap(ctx, decoded):
                     expected[layer * view.n_kv_heads + h, kept] = True
             assert (_heatmap_kept(window) == expected).all(), step
             assert window.timelinePanel.stepLabel.text().endswith("· evicted")
+            assert window.heatmap.title.startswith(f"The cache at decode step {step} of")
         QTest.keyClick(slider, Qt.Key.Key_PageUp)  # one eviction interval on
     assert slider.value() == view.timeline.n_steps
     QTest.keyClick(slider, Qt.Key.Key_Left)
