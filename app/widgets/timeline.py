@@ -429,12 +429,11 @@ class TimelinePanel(QWidget):
         written = int(tl.written_at[position])
         if position < tl.n_start and not tl.start_held[layer, h, position]:
             return "dropped by the prefill compression"
-        state = "held" if ev == NEVER or ev > step else "evicted"
         if ev == NEVER:
-            return f"{state}; kept to the end"
+            return "held; kept to the end"
         if ev == written:
             return f"evicted at step {ev}, as it was written"
-        return f"{state}; evicted at step {ev}"
+        return f"held; evicted at step {ev}" if ev > step else f"evicted at step {ev}"
 
     def _share_data(self) -> np.ndarray:
         if self._share is None:
