@@ -60,6 +60,7 @@ class _Lockstep:
     def model(self, y: mx.array, cache: list[Any]) -> mx.array:
         logits = self._session.model(y, cache=cache)
         dense = self._session.model(y, cache=self._dense)
+        self.forward_calls += 1  # the dense call (decode_with_policy counts its own)
         self.pending.append((logits[0, -1].astype(mx.float32), dense[0, -1].astype(mx.float32)))
         if len(self.pending) >= CHUNK:
             self.flush()
