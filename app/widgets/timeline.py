@@ -88,17 +88,18 @@ def _ramp(n: int = 256) -> np.ndarray:
 _RAMP = _ramp()
 
 
-def render_head(history: np.ndarray, written: np.ndarray) -> np.ndarray:
-    """[steps, P] held mask and [P] write steps -> [steps, P, 4] RGBA: held, evicted, or transparent (unwritten)."""
-    steps = np.arange(history.shape[0])[:, None]
-    idx = np.where(history, 2, np.where(written[None, :] <= steps, 1, 0)).astype(np.uint8)
+def render_head(history: np.ndarray, written: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """[rows, P] held mask at `steps` [rows] and [P] write steps -> [rows, P, 4] RGBA: held, evicted, or
+    transparent (not written yet)."""
+    idx = np.where(history, 2, np.where(written[None, :] <= steps[:, None], 1, 0)).astype(np.uint8)
     return np.array([UNWRITTEN_RGBA, EVICTED_RGBA, KEPT_RGBA], dtype=np.uint8)[idx]
 
 
-def render_share(share: np.ndarray, written: np.ndarray) -> np.ndarray:
-    """[steps, P] share of heads holding each position -> RGBA on the evicted→kept ramp; unwritten transparent."""
+def render_share(share: np.ndarray, written: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """[rows, P] share of heads holding each position at `steps` -> RGBA on the evicted→kept ramp; positions not
+    written yet transparent."""
     rgba = _RAMP[np.clip(np.rint(share * 255), 0, 255).astype(np.uint8)]
-    rgba[written[None, :] > np.arange(share.shape[0])[:, None]] = UNWRITTEN_RGBA
+    rgba[written[None, :] > steps[:, None]] = UNWRITTEN_RGBA
     return rgba
 
 
@@ -114,7 +115,6 @@ class TimelinePanel(QWidget):
         super().__init__(parent)
         self.setObjectName("timelinePanel")
         self._view: TimelineView | None = None
-        self._share: np.ndarray | None = None
         self._last_hover: tuple | None = None
         self._build_ui()
 
@@ -345,7 +345,7 @@ class TimelinePanel(QWidget):
 
     def set_view(self, view: TimelineView | None) -> None:
         """Show a run (None: nothing); the slider goes to its last step."""
-        self._view, self._share = view, None
+        self._view = view
         self._last_hover = None
         self._update_choosers()
         tl = None if view is None else view.timeline
@@ -407,7 +407,7 @@ class TimelinePanel(QWidget):
             parts.append(f"written at step {written}")
             return " · ".join(parts)
         head = self.head()
-        share = self._share_data()[step, position]
+        share = tl.share_at(step)[position]
         if head is not None:
             layer, h = head
             parts.append(f"L{layer} h{h}: {self._fate(layer, h, position, step)}")
@@ -435,11 +435,6 @@ class TimelinePanel(QWidget):
             return f"evicted at step {ev}, as it was written"
         return f"held; evicted at step {ev}" if ev > step else f"evicted at step {ev}"
 
-    def _share_data(self) -> np.ndarray:
-        if self._share is None:
-            self._share = self._view.timeline.share_held()
-        return self._share
-
     def _update_choosers(self) -> None:
         v = self._view
         for combo, n, name in (
@@ -461,21 +456,23 @@ class TimelinePanel(QWidget):
         for w in (self.exportImageButton, self.exportCsvButton, self.stepSlider):
             w.setEnabled(v is not None)
 
-    def _history(self) -> np.ndarray:
-        head = self.head()
+    def _sampled(self) -> tuple[np.ndarray, np.ndarray]:
+        """The steps and positions the image draws: all of them, or every n-th past MAX_IMAGE (hover, the slider
+        and the heatmap stay exact)."""
         tl = self._view.timeline
-        if head is None:
-            return self._share_data()
-        return tl.head_history(*head)
+        rows, cols = tl.n_steps + 1, tl.n_positions
+        return (
+            np.arange(0, rows, math.ceil(rows / MAX_IMAGE[0])),
+            np.arange(0, cols, max(1, math.ceil(cols / MAX_IMAGE[1]))),
+        )
 
     def _row_rgba(self, step: int) -> np.ndarray:
         tl = self._view.timeline
-        written = tl.written_at
+        at = np.array([step])
         head = self.head()
         if head is None:
-            return render_share(self._share_data()[step : step + 1], written - step)[0]
-        held = tl.held(step)[head[0], head[1]][None, :]
-        return render_head(held, written - step)[0]
+            return render_share(tl.share_at(step)[None, :], tl.written_at, at)[0]
+        return render_head(tl.held(step)[head[0], head[1]][None, :], tl.written_at, at)[0]
 
     def _redraw(self, *_: object) -> None:
         share = self.showCombo.currentText() == SHOW_SHARE
@@ -490,13 +487,18 @@ class TimelinePanel(QWidget):
             self.stepLine.setVisible(False)
             return
         tl = v.timeline
-        history = self._history()
-        written = tl.written_at
-        rgba = render_share(history, written) if share else render_head(history, written)
-        rows, cols = rgba.shape[:2]
-        rs, cs = math.ceil(rows / MAX_IMAGE[0]), math.ceil(cols / MAX_IMAGE[1])
-        self.image.setImage(rgba[::rs, ::cs], autoLevels=False, levels=(0, 255))
-        self.image.setRect(QRectF(0, 0, cols, rows))
+        steps, cols = self._sampled()
+        written = tl.written_at[cols]
+        head = self.head()
+        if head is None:
+            rgba = render_share(tl.share_held(steps)[:, cols], written, steps)
+        else:
+            rgba = render_head(tl.head_history(*head, steps)[:, cols], written, steps)
+        self.image.setImage(rgba, autoLevels=False, levels=(0, 255))
+        row_step = steps[1] - steps[0] if len(steps) > 1 else 1
+        col_step = cols[1] - cols[0] if len(cols) > 1 else 1
+        self.image.setRect(QRectF(0, 0, len(cols) * col_step, len(steps) * row_step))
+        rows = tl.n_steps + 1
         for plot in (self.plot, self.klPlot, self.agreePlot):
             plot.setLimits(xMin=0, xMax=v.n_columns)
         self.plot.setLimits(yMin=0, yMax=rows)

@@ -25,6 +25,8 @@ from kvcore.engine.decoding import DecodingRun
 
 #: evicted_at of a position still held when decoding ended.
 NEVER = -1
+#: Cells of one block of share_held's difference array (int64): 32 MB.
+_BLOCK_CELLS = 1 << 22
 #: The CSV's columns: from `step` on, (layer, kv_head) holds position (kept 1) or no longer holds it (kept 0).
 TIMELINE_COLUMNS = ("step", "layer", "kv_head", "position", "kept")
 
@@ -59,30 +61,58 @@ class Timeline:
         ev = self.evicted_at
         return (self.written_at <= step)[None, None, :] & ((ev > step) | (ev == NEVER))
 
-    def head_history(self, layer: int, kv_head: int) -> np.ndarray:
-        """[n_steps + 1, P] bool: row k = the positions (layer, kv_head) holds at step k."""
-        steps = np.arange(self.n_steps + 1)[:, None]
+    def head_history(self, layer: int, kv_head: int, steps: np.ndarray | None = None) -> np.ndarray:
+        """[steps, P] bool: row i = the positions (layer, kv_head) holds at steps[i] (default: every step)."""
+        steps = self._steps(steps)[:, None]
         ev = self.evicted_at[layer, kv_head][None, :]
         return (self.written_at[None, :] <= steps) & ((ev > steps) | (ev == NEVER))
 
-    def share_held(self) -> np.ndarray:
-        """[n_steps + 1, P] float32: the share of the compressible layers' kv-heads holding each position at each
-        step (0 where it is not written yet). Built from a difference array: +1 where a head starts holding a
-        position, −1 where it stops, summed down the steps."""
-        layers = [i for i in range(self.evicted_at.shape[0]) if i not in self.whole_layers]
-        n_rows, n_pos = self.n_steps + 2, self.n_positions
+    def share_at(self, step: int) -> np.ndarray:
+        """[P] float32: the share of the compressible layers' kv-heads holding each position at `step`."""
+        layers = self._compressible()
         if not layers:
-            return np.zeros((n_rows - 1, n_pos), np.float32)
+            return np.zeros(self.n_positions, np.float32)
+        return self.held(step)[layers].reshape(-1, self.n_positions).mean(axis=0, dtype=np.float32)
+
+    def share_held(self, steps: np.ndarray | None = None) -> np.ndarray:
+        """[steps, P] float32: `share_at` at each of `steps` (default: every step), 0 where nothing is written.
+
+        From a difference array, +1 where a head starts holding a position and −1 where it stops, summed down the
+        steps: O(steps·P + L·H·P) rather than O(steps·L·H·P), in blocks of columns so 8,192 steps of a long
+        prompt stay within a few MB at a time."""
+        steps = self._steps(steps)
+        layers, n_pos = self._compressible(), self.n_positions
+        out = np.zeros((len(steps), n_pos), np.float32)
+        if not layers or n_pos == 0:
+            return out
         ev = self.evicted_at[layers].reshape(-1, n_pos).astype(np.int64)
         ev = np.where(ev == NEVER, self.n_steps + 1, ev)
-        start = np.broadcast_to(self.written_at[None, :], ev.shape)
-        live = ev > start
-        cols = np.broadcast_to(np.arange(n_pos)[None, :], ev.shape)
-        delta = np.zeros(n_rows * n_pos, np.int64)
-        np.add.at(delta, start[live] * n_pos + cols[live], 1)
-        np.add.at(delta, ev[live] * n_pos + cols[live], -1)
-        counts = np.cumsum(delta.reshape(n_rows, n_pos), axis=0)[:-1]
-        return (counts / ev.shape[0]).astype(np.float32)
+        written, n_rows = self.written_at, self.n_steps + 2
+        block = max(1, _BLOCK_CELLS // n_rows)
+        for lo in range(0, n_pos, block):
+            hi = min(n_pos, lo + block)
+            end = ev[:, lo:hi]
+            begin = np.broadcast_to(written[None, lo:hi], end.shape)
+            live = end > begin
+            cols = np.broadcast_to(np.arange(hi - lo)[None, :], end.shape)[live]
+            size = n_rows * (hi - lo)
+            delta = np.bincount(begin[live] * (hi - lo) + cols, minlength=size) - np.bincount(
+                end[live] * (hi - lo) + cols, minlength=size
+            )
+            counts = np.cumsum(delta.reshape(n_rows, hi - lo), axis=0)
+            out[:, lo:hi] = counts[steps] / ev.shape[0]
+        return out
+
+    def _compressible(self) -> list[int]:
+        return [i for i in range(self.evicted_at.shape[0]) if i not in self.whole_layers]
+
+    def _steps(self, steps: np.ndarray | None) -> np.ndarray:
+        if steps is None:
+            return np.arange(self.n_steps + 1)
+        steps = np.asarray(steps, dtype=np.int64)
+        if steps.size and (steps.min() < 0 or steps.max() > self.n_steps):
+            raise ValueError(f"steps run from 0 to {self.n_steps}, got {steps.min()} … {steps.max()}")
+        return steps
 
     def rows(self) -> list[tuple[int, int, int, int, int]]:
         """CSV rows (step, layer, kv_head, position, kept), sorted: kept 1 from the step a position is held on

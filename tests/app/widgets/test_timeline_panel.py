@@ -8,6 +8,7 @@ import pytest
 
 from app.engine.timeline_jobs import TimelineView
 from app.engine.view_model import TokenSteps
+from app.widgets import timeline as timeline_widget
 from app.widgets.heatmap import KEPT_RGBA
 from app.widgets.timeline import EVICTED_RGBA, UNWRITTEN_RGBA, TimelinePanel, summary_text
 from kvcore.engine.timeline import timeline
@@ -110,3 +111,14 @@ def test_strip_aligns_with_positions_and_summary(panel):
     text = summary_text(panel.view())
     assert text.startswith("streaming_llm · budget 4 · every 2 after the full prefill cache: 5 tokens")
     assert "first diverges at generated token 3" in text and "top-1 agreement 75 %" in text
+
+
+def test_a_long_run_is_sampled_to_the_image_size(panel, monkeypatch):
+    monkeypatch.setattr(timeline_widget, "MAX_IMAGE", (3, 4))
+    panel.set_head(0, 1)
+    panel.set_head(None)
+    panel.set_head(0, 1)
+    image = panel.image.image
+    assert image.shape[:2] == (3, 4)  # steps 0, 2, 4 and positions 0, 3, 6, 9
+    np.testing.assert_array_equal(image[1], panel.displayed_row(2)[[0, 3, 6, 9]])
+    assert panel.image.mapRectToParent(panel.image.boundingRect()).height() == pytest.approx(6)

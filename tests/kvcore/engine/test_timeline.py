@@ -5,6 +5,7 @@ import csv
 import numpy as np
 import pytest
 
+from kvcore.engine import timeline as timeline_module
 from kvcore.engine.decode_metrics import decode_against_dense
 from kvcore.engine.decoding import Compression, DecodeStep, DecodingPolicy, DecodingRun, decode_with_policy
 from kvcore.engine.session import CompressionConfig, Session
@@ -47,6 +48,10 @@ def test_hand_made_run_evicted_at_held_and_share():
     share = tl.share_held()  # over layer 0's two heads only (layer 1 is stored whole)
     expected = np.stack([tl.held(k)[0].mean(axis=0) for k in range(5)])
     np.testing.assert_allclose(share, expected)
+    for k in range(5):
+        np.testing.assert_allclose(tl.share_at(k), expected[k])
+    np.testing.assert_allclose(tl.share_held(np.array([4, 1])), expected[[4, 1]])
+    np.testing.assert_array_equal(tl.head_history(0, 1, np.array([3]))[0], tl.held(3)[0, 1])
     with pytest.raises(ValueError, match="outside the run"):
         tl.held(5)
 
@@ -104,7 +109,7 @@ def _start(session, state):
 
 
 @pytest.mark.parametrize("schedule", ["paper", "mlx-lm"])
-def test_real_decode_timeline_equals_every_compression(session, schedule):
+def test_real_decode_timeline_equals_every_compression(session, schedule, monkeypatch):
     state = session.compress(CompressionConfig("snapkv", 0.5, schedule=schedule))
     policy = DecodingPolicy("knorm", budget=10, interval=4)
     run = decode_with_policy(session, state, policy, N)
@@ -117,6 +122,10 @@ def test_real_decode_timeline_equals_every_compression(session, schedule):
         for layer, per_head in enumerate(c.kept):
             for h, kept in enumerate(per_head):
                 assert np.flatnonzero(held[layer, h]).tolist() == kept
+    share = tl.share_held()
+    monkeypatch.setattr(timeline_module, "_BLOCK_CELLS", 3 * (tl.n_steps + 2))  # three columns a block
+    np.testing.assert_allclose(tl.share_held(), share)
+    np.testing.assert_allclose(share, np.stack([tl.share_at(k) for k in range(tl.n_steps + 1)]), atol=1e-6)
     last = run.compressions[-1]
     for k in range(last.step + 1, tl.n_steps + 1):  # after the last eviction the new positions just stay
         assert np.flatnonzero(tl.held(k)[0, 0]).tolist() == [*last.kept[0][0], *range(T + last.step, T + k)]
