@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QDockWidget
 from app.controllers.file_dialogs import STATS, save_path
 from app.controllers.host import Host, show_run_dock
 from app.controllers.plot_exports import ask_image_path, export_plot
+from app.controllers.session_files import OPEN
 from app.engine.thread import JobFailure, JobResult
 from app.engine.timeline_jobs import DECODE, TimelineView, decode_timeline, policy_text
 from app.widgets.timeline import TimelinePanel, summary_text
@@ -39,6 +40,7 @@ class TimelineController:
         panel.exportImageButton.clicked.connect(self.export_image_dialog)
         panel.exportCsvButton.clicked.connect(self.export_csv_dialog)
         host.engine.progressed.connect(self._on_progress)
+        host.engine.resultReady.connect(self._on_engine_result)
         self.show_action = QAction("Decoding &Timeline", host.widget)
         self.show_action.setShortcut(QKeySequence(TIMELINE_SHORTCUT))
         self.show_action.setStatusTip(
@@ -115,6 +117,14 @@ class TimelineController:
         else:
             self.panel.set_summary(f"Stopped: {failure.message}")
             self.host.error("Could not decode", failure.message)
+
+    def _on_engine_result(self, result: JobResult) -> None:
+        """An opened session file replaced the prefill this timeline was decoded from."""
+        if result.kind == OPEN and (self.panel.has_data() or self.running):
+            self.clear("a session was opened")
+            self.panel.set_summary(
+                "Cleared: a session was opened, and the timeline was decoded from another prefill."
+            )
 
     def clear(self, reason: str) -> str:
         """Forget the timeline (cancelling a decode in flight); what to tell the user ("" if there was none)."""

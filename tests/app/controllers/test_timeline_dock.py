@@ -145,3 +145,15 @@ def test_escape_keeps_what_was_generated(ctx):
     assert view.cancelled and view.policy["method"] == "knorm"
     assert 0 < view.n_generated < 1500 and len(view.token_steps.kl) == view.n_generated
     assert "cancelled" in panel.summaryLabel.text()
+
+
+def test_opening_a_session_clears_the_timeline(ctx, tmp_path):
+    window, _ = ctx
+    panel = window.timelinePanel
+    assert panel.has_data()
+    path = tmp_path / "s.kvlens"
+    window.session_files.save(path)
+    wait_until(lambda: window.session_files.last_saved is not None)
+    window.session_files.open(path)
+    wait_until(lambda: not panel.has_data())
+    assert "a session was opened" in panel.summaryLabel.text()
