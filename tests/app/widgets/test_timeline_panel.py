@@ -122,3 +122,10 @@ def test_a_long_run_is_sampled_to_the_image_size(panel, monkeypatch):
     assert image.shape[:2] == (3, 4)  # steps 0, 2, 4 and positions 0, 3, 6, 9
     np.testing.assert_array_equal(image[1], panel.displayed_row(2)[[0, 3, 6, 9]])
     assert panel.image.mapRectToParent(panel.image.boundingRect()).height() == pytest.approx(6)
+
+
+@pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<?xml")])
+def test_export_image(panel, tmp_path, suffix, magic):
+    path = tmp_path / f"timeline{suffix}"
+    panel.export_image(path, 400)
+    assert path.read_bytes().lstrip()[: len(magic)] == magic
