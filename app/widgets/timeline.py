@@ -388,10 +388,6 @@ class TimelinePanel(QWidget):
         held = tl.held(step)[:, :, :written]
         return held.reshape(-1, written)
 
-    def displayed_row(self, step: int) -> np.ndarray:
-        """The colour row drawn for `step` at one column per position (RGBA), for the head or the share shown."""
-        return self._row_rgba(step)
-
     def info_at(self, step: int, position: int) -> str:
         """Hover text of a cell: the token, when it was written and when it left the shown head's cache."""
         v = self._view
@@ -404,7 +400,7 @@ class TimelinePanel(QWidget):
             return " · ".join(parts)
         written = int(tl.written_at[position])
         if written > step:
-            parts.append(f"written at step {written}")
+            parts.append(f"not written yet (written at step {written})")
             return " · ".join(parts)
         head = self.head()
         share = tl.share_at(step)[position]
@@ -466,7 +462,8 @@ class TimelinePanel(QWidget):
             np.arange(0, cols, max(1, math.ceil(cols / MAX_IMAGE[1]))),
         )
 
-    def _row_rgba(self, step: int) -> np.ndarray:
+    def displayed_row(self, step: int) -> np.ndarray:
+        """The colour row drawn for `step` at one column per position (RGBA), for the head or the share shown."""
         tl = self._view.timeline
         at = np.array([step])
         head = self.head()

@@ -94,7 +94,10 @@ def test_hover_texts(panel):
     )
     assert "L0 h1: held; evicted at step 4" in panel.info_at(3, 4)
     assert "L0 h1: evicted at step 2" in panel.info_at(3, 2)
-    assert panel.info_at(1, 8) == "Step 1 · position 8 (generated 2) · token 'g2' · written at step 3"
+    assert (
+        panel.info_at(1, 8)
+        == "Step 1 · position 8 (generated 2) · token 'g2' · not written yet (written at step 3)"
+    )
     assert panel.info_at(4, 10).endswith("the last token generated: never written to the cache")
     panel.set_head(1, 0)
     assert "L1 h0: held (sliding window 8: not compressible)" in panel.info_at(4, 3)
