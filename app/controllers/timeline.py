@@ -73,12 +73,13 @@ class TimelineController:
         except ValueError as exc:
             w.error("Cannot decode", str(exc))
             return None
-        prefill = w.controls.config() if p.from_prefill_compression() else None
+        config = w.controls.config()
+        prefill = config if p.from_prefill_compression() else None
         p.set_running(True)
         p.set_summary(f"Decoding {p.tokens():,} tokens…")
         self.request_id = w.engine.submit(
             DECODE,
-            decode_timeline(policy, p.tokens(), prefill),
+            decode_timeline(policy, p.tokens(), prefill, config["schedule"]),
             on_result=self.on_finished,
             on_failure=self.on_failed,
         )

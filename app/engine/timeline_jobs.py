@@ -15,6 +15,7 @@ import numpy as np
 
 from app.engine.thread import Job, JobContext
 from app.engine.view_model import TokenSteps
+from kvcore.defaults import DEFAULT_SCHEDULE
 from kvcore.engine.decode_metrics import decode_against_dense
 from kvcore.engine.decoding import DecodingPolicy
 from kvcore.engine.session import CompressionConfig
@@ -62,10 +63,15 @@ def policy_text(policy: dict[str, Any]) -> str:
 
 
 def decode_timeline(
-    policy: dict[str, Any], n: int, prefill_config: dict[str, Any] | None, progress_label: str = "Decoding"
+    policy: dict[str, Any],
+    n: int,
+    prefill_config: dict[str, Any] | None,
+    schedule: str = DEFAULT_SCHEDULE,
+    progress_label: str = "Decoding",
 ) -> Job:
     """Decode n tokens under `policy` (DecodingPolicy's fields) from the prefill compressed with `prefill_config`
-    (None: the full cache); returns a TimelineView (cut short, `cancelled`, when the user cancelled)."""
+    (None: the full cache under `schedule`); returns a TimelineView (cut short, `cancelled`, when the user
+    cancelled)."""
 
     def job(ctx: JobContext) -> TimelineView | None:
         session = ctx.state.get("session")
@@ -73,7 +79,9 @@ def decode_timeline(
             raise ValueError("nothing is prefilled: Prefill a prompt first")
         pol = DecodingPolicy(**policy)
         cfg = (
-            CompressionConfig.from_dict(prefill_config) if prefill_config else CompressionConfig("full", 1.0)
+            CompressionConfig.from_dict(prefill_config)
+            if prefill_config
+            else CompressionConfig("full", 1.0, schedule=schedule)
         )
         ctx_len = session.info.max_context
         if ctx_len is not None and len(session.prompt_ids) + n > ctx_len:

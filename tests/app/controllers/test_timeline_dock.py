@@ -134,9 +134,11 @@ def test_csv_export_holds_the_runs_rows(ctx, decoded, tmp_path):
 
 
 def test_escape_keeps_what_was_generated(ctx):
-    window, _ = ctx
+    window, ref = ctx
     panel = window.timelinePanel
     panel.set_policy("knorm", 12, 4, 1500)
+    panel.prefillCheck.setChecked(False)  # the full cache, under the Compression panel's schedule
+    window.controls.set_config({"schedule": "mlx-lm"})
     QTest.mouseClick(panel.runButton, Qt.MouseButton.LeftButton)
     wait_until(lambda: "of 1,500 tokens" in panel.summaryLabel.text(), timeout=60)
     window.actions_.cancel.trigger()  # Esc
@@ -145,6 +147,9 @@ def test_escape_keeps_what_was_generated(ctx):
     assert view.cancelled and view.policy["method"] == "knorm"
     assert 0 < view.n_generated < 1500 and len(view.token_steps.kl) == view.n_generated
     assert "cancelled" in panel.summaryLabel.text()
+    assert view.prefill_config is None and view.timeline.n_start == len(ref.prompt_ids) - 1
+    assert view.timeline.start_held.all()
+    window.controls.set_config({"schedule": "paper"})
 
 
 def test_opening_a_session_clears_the_timeline(ctx, tmp_path):
