@@ -14,8 +14,8 @@ from PySide6.QtWidgets import QApplication, QLineEdit
 from app.engine.question_jobs import QUESTIONS
 from app.widgets.questions_panel import EXPECTED, QUESTION, mark, one_line
 from kvcore.engine.question_attention import question_attention, top_positions
-from kvcore.engine.questions import Question
-from kvcore.engine.session import CompressionConfig
+from kvcore.engine.questions import Question, answer_query_aware
+from kvcore.engine.session import CompressionConfig, Session
 from tests.app.waiting import wait_until
 from tests.app.windows import window_and_reference
 
@@ -98,6 +98,40 @@ def test_two_typed_questions_answered_with_marks_then_again_on_a_slider_move(ctx
         assert panel.answer_texts(row)[1].endswith(one_line(want.compressed_text))
 
 
+def test_query_aware_answers_are_context_and_question_compressed_together(ctx):
+    window, ref = ctx
+    panel = window.questionsPanel
+    panel.set_questions([Question(q) for q in QUESTIONS_TEXT])
+    panel.set_query_aware(True)  # a live panel answers again at once
+    try:
+        _answered(window)
+        view = window.questioning.last
+        assert view.query_aware
+        fresh = Session(ref.model, ref.tokenizer, ref.info)
+        cfg = CompressionConfig.from_dict(window.controls.config())
+        for row, q in enumerate(QUESTIONS_TEXT):
+            want = answer_query_aware(fresh, ref.prompt_ids, Question(q), cfg, ANSWER_TOKENS)
+            assert panel.answer_texts(row) == (one_line(want.dense_text), one_line(want.compressed_text))
+        assert "query-aware" in panel.accuracyLabel.text()
+    finally:
+        panel.set_query_aware(False)
+        _answered(window)
+
+
+def test_a_sweep_measures_accuracy_over_the_questions(ctx):
+    window, _ = ctx
+    window.questionsPanel.set_questions([Question(QUESTIONS_TEXT[0], "("), Question(QUESTIONS_TEXT[1], "§")])
+    panel = window.sweepPanel
+    panel.set_methods(["snapkv"])
+    panel.ratiosEdit.setText("0.25,1")
+    panel.bitsEdit.setText("16")
+    QTest.mouseClick(panel.runButton, Qt.MouseButton.LeftButton)
+    wait_until(lambda: not window.sweeping.running)
+    points = window.sweeping.points()
+    assert len(points) == 2 and all(p.metrics["question_accuracy"] is not None for p in points)
+    assert panel.frontier.metric_key() == "question_accuracy"
+
+
 def test_mark_attention_rings_each_rows_top_positions(ctx):
     window, ref = ctx
     panel = window.questionsPanel
@@ -117,6 +151,8 @@ def test_mark_attention_rings_each_rows_top_positions(ctx):
 def test_bad_input_names_the_problem_and_keeps_the_questions(ctx, tmp_path):
     window, _ = ctx
     panel, control = window.questionsPanel, window.questioning
+    control.run()
+    _answered(window)
     before = [panel.table.item(r, QUESTION).text() for r in range(panel.table.rowCount())]
     bad = tmp_path / "q.jsonl"
     bad.write_text('{"question": "a?", "answer": "b"}\n{"question": "c?", "answer": \n', encoding="utf-8")
