@@ -226,10 +226,9 @@ class QuestionsController:
             )
             return
         self.attention = view
-        top = ", ".join(f"{p} {t!r}" for p, t, _ in view.top[:5])
         self.panel.set_status(
-            f"Rings: the {QUESTION_ATTENTION_TOP} context positions each layer and kv-head attends to most from "
-            f"{view.question!r}. Overall most: {top}."
+            f"Rings in the heatmap: the {QUESTION_ATTENTION_TOP} context positions each layer and kv-head attends "
+            f"to most from {_short(view.question)} (the dense model's attention; hover a cell for its token)."
         )
 
     def _on_attention_failed(self, failure: JobFailure) -> None:
@@ -237,3 +236,9 @@ class QuestionsController:
             self.panel.set_status("Attention marking cancelled.")
         else:
             self.host.error("Could not mark the attention", failure.message)
+
+
+def _short(text: str, most: int = 40) -> str:
+    """A question quoted on one line, cut to `most` characters."""
+    line = text.replace("\n", "⏎")
+    return repr(line if len(line) <= most else line[: most - 1] + "…")

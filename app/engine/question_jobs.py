@@ -56,9 +56,6 @@ class AttentionView:
     question: str
     attention: np.ndarray = field(repr=False)
     marked: np.ndarray = field(repr=False)
-    top: list[
-        tuple[int, str, float]
-    ]  # the most attended context positions overall: (position, token, weight)
 
 
 def answer_questions(
@@ -139,15 +136,6 @@ def attention_of(question: str, top: int) -> Job:
         ids = main.tokenizer.encode(question, add_special_tokens=False)
         ctx.progress(0.0, "Attention of the question over the context")
         attention = question_attention(main.model, main.prompt_ids, ids)
-        marked = top_positions(attention, top)
-        overall = np.nan_to_num(attention).mean(axis=(0, 1))
-        best = np.argsort(-overall, kind="stable")[:top]
-        texts = main.token_texts([main.prompt_ids[i] for i in best])
-        return AttentionView(
-            question,
-            rows_of(attention),
-            rows_of(marked),
-            [(int(p), t, float(overall[p])) for p, t in zip(best, texts, strict=True)],
-        )
+        return AttentionView(question, rows_of(attention), rows_of(top_positions(attention, top)))
 
     return job

@@ -245,9 +245,21 @@ class RetentionHeatmap(QWidget):
         self.layerCombo.setToolTip("Show every layer, or one layer's kv-heads large")
         self.legendLabel = QLabel(_KEPT_LEGEND, objectName="heatmapLegend")
         self.legendLabel.setWordWrap(True)  # the Diff view's counts wrap rather than widening the window
+        self.marksLegend = QLabel(
+            f'<span style="color: rgb{MARK_RGBA[:3]}">◯</span> most attended by the question',
+            objectName="heatmapMarksLegend",
+        )
+        self.marksLegend.setVisible(False)
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
-        for w in (QLabel("View"), self.viewCombo, QLabel("Layer"), self.layerCombo, self.legendLabel):
+        for w in (
+            QLabel("View"),
+            self.viewCombo,
+            QLabel("Layer"),
+            self.layerCombo,
+            self.legendLabel,
+            self.marksLegend,
+        ):
             top.addWidget(w)
         top.setStretchFactor(self.legendLabel, 1)
 
@@ -369,7 +381,10 @@ class RetentionHeatmap(QWidget):
         return [(int(r), int(c)) for c, r in zip(np.floor(x), np.floor(y), strict=True)]
 
     def _draw_marks(self, rows: slice) -> None:
-        if self._marks is None or self._marks.shape[0] != self._kept.shape[0]:
+        shown = self._marks is not None and self._marks.shape[0] == self._kept.shape[0]
+        self.marksLegend.setVisible(shown)
+        self.marksLegend.setToolTip(self._marks_label)
+        if not shown:
             self.marksItem.setData(x=[], y=[])
             return
         width = min(self._marks.shape[1], self._kept.shape[1])

@@ -6,6 +6,7 @@ and the accuracy over the questions. It only collects and shows; app.controllers
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, Signal
@@ -37,11 +38,14 @@ AGNOSTIC, AWARE = "agnostic", "aware"
 CORRECT_RGB, WRONG_RGB = (30, 130, 50), (200, 40, 55)
 #: The answer tokens the spin box allows (an answer is a name or a value: short).
 MAX_ANSWER_TOKENS = 256
+#: The widest the question and expected-answer columns open (pixels); a longer text shows whole in its tooltip.
+QUESTION_WIDTH, EXPECTED_WIDTH = 320, 120
 
 
 def one_line(text: str) -> str:
-    """An answer on one table line: newlines and tabs shown as ⏎ and ⇥."""
-    return text.replace("\r", "").replace("\n", "⏎").replace("\t", "⇥")
+    """An answer on one table line: each line break, with the indentation after it, shown as one ⏎ (the cell's
+    tooltip has the text as generated)."""
+    return re.sub(r"[ \t]*(\r?\n)+[ \t]*", "⏎ ", text).replace("\t", "⇥")
 
 
 def mark(correct: bool | None) -> str:
@@ -105,11 +109,14 @@ class QuestionsPanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
-        for column in range(len(HEADERS)):
-            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(EXPECTED, QHeaderView.ResizeMode.Interactive)
-        header.resizeSection(EXPECTED, 90)
         header.setMinimumSectionSize(60)
+        for column in (
+            QUESTION,
+            EXPECTED,
+        ):  # sized to their text (QUESTION_WIDTH at most), the answers share the rest
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+        for column in (DENSE, COMPRESSED):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
 
         form = QFormLayout()
@@ -165,9 +172,21 @@ class QuestionsPanel(QWidget):
             item = QTableWidgetItem("")
             item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
             self.table.setItem(row, column, item)
+        self.table.item(row, QUESTION).setToolTip(text)
         self.table.blockSignals(False)
+        self._fit_columns()
         self.questionsEdited.emit()
         return row
+
+    def _fit_columns(self) -> None:
+        """The question and expected columns wide enough for their longest text (within bounds), so a question
+        is read whole where it fits and the answers keep at least half the table."""
+        metrics, header = self.table.fontMetrics(), self.table.horizontalHeader()
+        for column, most in ((QUESTION, QUESTION_WIDTH), (EXPECTED, EXPECTED_WIDTH)):
+            texts = [HEADERS[column]] + [
+                self.table.item(r, column).text() for r in range(self.table.rowCount())
+            ]
+            header.resizeSection(column, min(most, max(metrics.horizontalAdvance(t) for t in texts) + 16))
 
     def _add_and_edit(self) -> None:
         row = self.add_question()
@@ -252,10 +271,15 @@ class QuestionsPanel(QWidget):
             self.accuracyLabel.setText("")
 
     def set_accuracy(self, dense: float | None, compressed: float | None, label: str) -> None:
+        """The accuracy over the questions with an expected answer, and the setting (`label`) it was measured at."""
         if compressed is None:
-            self.accuracyLabel.setText(f"{label}: no expected answers, so no accuracy (compare the columns)")
+            self.accuracyLabel.setText(
+                f"No expected answers, so no accuracy: compare the columns.<br>{label}"
+            )
             return
-        self.accuracyLabel.setText(f"Accuracy, {label}: compressed {compressed:.0%} · dense {dense:.0%}")
+        self.accuracyLabel.setText(
+            f"<b>Accuracy: compressed {compressed:.0%} · dense {dense:.0%}</b><br>{label}"
+        )
 
     def set_running(self, running: bool, total: int = 0) -> None:
         self.cancelButton.setEnabled(running)
@@ -270,6 +294,9 @@ class QuestionsPanel(QWidget):
 
     def _on_item_changed(self, item: QTableWidgetItem) -> None:
         if item.column() in (QUESTION, EXPECTED):
+            if item.column() == QUESTION:
+                item.setToolTip(item.text())
+            self._fit_columns()
             self.clear_answers(item.row())
             self.questionsEdited.emit()
 
