@@ -123,9 +123,16 @@ class QuestionsController:
         return self.request_id
 
     def cancel(self) -> None:
-        """Stop answering; the answers shown stay (they are of the last finished setting)."""
+        """Stop answering (the panel's Cancel, and Session ▸ Cancel / Esc through the window); the answers shown
+        stay, of the last finished setting. A request dropped before it started calls nothing back, so the panel
+        stops waiting here, not in on_failed."""
         self.host.engine.cancel(QUESTIONS)
         self.host.engine.cancel(QUESTION_ATTENTION)
+        if self.running:
+            self.request_id = None
+            self.panel.set_running(False)
+            self.panel.set_status("Cancelled: the answers shown are of the last finished setting.")
+            self.host.status.show("Answering cancelled.")
 
     def on_finished(self, result: JobResult) -> None:
         view: QuestionsView | None = result.value

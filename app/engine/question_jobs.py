@@ -19,6 +19,7 @@ import numpy as np
 from app.engine.jobs import SESSION
 from app.engine.thread import Job, JobContext
 from app.engine.view_model import rows_of
+from kvcore.capture.prefill import Cancelled
 from kvcore.engine.question_attention import question_attention, top_positions
 from kvcore.engine.questions import Answer, Question, accuracy
 from kvcore.engine.session import CompressionConfig, Session
@@ -77,17 +78,24 @@ def answer_questions(
         def stale() -> bool:
             return is_current is not None and not is_current(ctx.request_id)
 
+        def stop() -> bool:
+            return ctx.cancelled() or stale()
+
         state = None if query_aware else main.compress(cfg)
         answers = []
         for i, question in enumerate(questions):
-            if stale():
-                return None
-            ctx.check_cancelled()
             ctx.progress(i / len(questions), f"Answering question {i + 1} of {len(questions)}")
-            if query_aware:
-                answers.append(_aware_answer(ctx, main, question, cfg, n_tokens))
-            else:
-                answers.append(main.answer(state, question, n_tokens))
+            try:
+                if stop():
+                    raise Cancelled(f"answering cancelled after {i} of {len(questions)} questions")
+                if query_aware:
+                    answers.append(_aware_answer(main, question, cfg, n_tokens, ctx.state, stop))
+                else:
+                    answers.append(main.answer(state, question, n_tokens, should_cancel=stop))
+            except Cancelled:
+                if stale() and not ctx.cancelled():
+                    return None  # a newer setting replaces this one: nobody waits for its answers
+                raise
         view = QuestionsView(
             cfg.to_dict(),
             query_aware,
@@ -103,11 +111,16 @@ def answer_questions(
 
 
 def _aware_answer(
-    ctx: JobContext, main: Session, question: Question, cfg: CompressionConfig, n: int
+    main: Session,
+    question: Question,
+    cfg: CompressionConfig,
+    n: int,
+    engine_state: dict,
+    should_cancel: Callable[[], bool],
 ) -> Answer:
     """Context and question compressed together (kvcore.engine.questions.answer_query_aware), the prefill of each
-    (context, question) kept: only the first setting pays for it."""
-    sessions: dict = ctx.state.setdefault(AWARE_SESSIONS, {})
+    (context, question) kept in `engine_state`: only the first setting pays for it."""
+    sessions: dict = engine_state.setdefault(AWARE_SESSIONS, {})
     key = (tuple(main.prompt_ids), question.text, n, id(main.model))
     session = sessions.get(key)
     if session is None:
@@ -117,10 +130,10 @@ def _aware_answer(
         ids = main.tokenizer.encode(question.text, add_special_tokens=False)
         if not ids:
             raise ValueError(f"question {question.text!r} is empty: give it some text")
-        session.prefill([*main.prompt_ids, *ids], n, should_cancel=ctx.cancelled)
+        session.prefill([*main.prompt_ids, *ids], n, should_cancel=should_cancel)
         sessions[key] = session
     state = session.compress(cfg)
-    regen = session.regenerate(state, n, should_cancel=ctx.cancelled)
+    regen = session.regenerate(state, n, should_cancel=should_cancel)
     decode = session.tokenizer.decode
     dense = list(session.dense_tokens[:n])
     return Answer(question, decode(dense), decode(regen.tokens), dense, list(regen.tokens), regen.metrics)

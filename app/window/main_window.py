@@ -277,6 +277,7 @@ class MainWindow(QMainWindow):
     def cancel(self) -> None:
         """Stop the running job and drop the queued ones."""
         self.engine.cancel()
+        self.questioning.cancel()
         self.status.show("Cancelling…")
 
     # -- exports ---------------------------------------------------------------------------------------

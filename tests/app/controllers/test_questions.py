@@ -101,7 +101,7 @@ def test_two_typed_questions_answered_with_marks_then_again_on_a_slider_move(ctx
 def test_query_aware_answers_are_context_and_question_compressed_together(ctx):
     window, ref = ctx
     panel = window.questionsPanel
-    panel.set_questions([Question(q) for q in QUESTIONS_TEXT])
+    panel.set_questions([Question(QUESTIONS_TEXT[0])])
     panel.set_query_aware(True)  # a live panel answers again at once
     try:
         _answered(window)
@@ -109,13 +109,30 @@ def test_query_aware_answers_are_context_and_question_compressed_together(ctx):
         assert view.query_aware
         fresh = Session(ref.model, ref.tokenizer, ref.info)
         cfg = CompressionConfig.from_dict(window.controls.config())
-        for row, q in enumerate(QUESTIONS_TEXT):
-            want = answer_query_aware(fresh, ref.prompt_ids, Question(q), cfg, ANSWER_TOKENS)
-            assert panel.answer_texts(row) == (one_line(want.dense_text), one_line(want.compressed_text))
+        want = answer_query_aware(fresh, ref.prompt_ids, Question(QUESTIONS_TEXT[0]), cfg, ANSWER_TOKENS)
+        assert panel.answer_texts(0) == (one_line(want.dense_text), one_line(want.compressed_text))
         assert "query-aware" in panel.accuracyLabel.text()
     finally:
+        panel.set_questions([Question(q) for q in QUESTIONS_TEXT])
         panel.set_query_aware(False)
         _answered(window)
+
+
+def test_esc_stops_answering_and_keeps_the_answers_shown(ctx):
+    window, _ = ctx
+    panel = window.questionsPanel
+    shown = [panel.answer_texts(r) for r in range(2)]  # the query-agnostic answers the last test ended on
+    assert all(shown)
+    panel.tokensSpin.setValue(200)  # a live panel answers again, at length
+    assert window.questioning.running and panel.cancelButton.isEnabled()
+    cancel = window.actions_.cancel
+    assert cancel.shortcut().toString() == "Esc"
+    cancel.trigger()  # Session ▸ Cancel (Esc)
+    wait_until(lambda: not window.questioning.running, timeout=10)
+    assert "Cancelled" in panel.statusLabel.text() and not panel.cancelButton.isEnabled()
+    assert [panel.answer_texts(r) for r in range(2)] == shown
+    panel.tokensSpin.setValue(ANSWER_TOKENS)
+    _answered(window)
 
 
 def test_a_sweep_measures_accuracy_over_the_questions(ctx):
