@@ -226,7 +226,7 @@ class QuestionsController:
     def _on_attention(self, result: JobResult) -> None:
         view: AttentionView = result.value
         try:
-            self.host.heatmap.set_marks(view.marked, f"Most attended by {view.question!r}")
+            self.host.heatmap.set_marks(view.marked, f"most attended by {view.question!r}")
         except ValueError:
             self.host.status.warn(
                 "The heatmap shows no compression of this prefill yet: mark again after it."

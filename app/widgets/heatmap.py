@@ -482,6 +482,10 @@ class RetentionHeatmap(QWidget):
             parts.append(f"{where} ({self._fixed[r // self._heads]})")
         else:
             parts.append("kept" if self._kept[r, position] else "evicted")
+        marks = self._marks
+        shown = marks is not None and marks.shape[0] == self._kept.shape[0] and position < marks.shape[1]
+        if shown and marks[r, position]:
+            parts.append("◯ " + self._marks_label)
         return " · ".join(parts)
 
     def fixed_rows(self) -> np.ndarray:

@@ -163,6 +163,8 @@ def test_mark_attention_rings_each_rows_top_positions(ctx):
     marks = window.heatmap.marks()
     np.testing.assert_array_equal(marks, want.reshape(marks.shape))
     assert len(window.heatmap.marked_cells()) == int(marks.sum())
+    row, position = window.heatmap.marked_cells()[0]
+    assert "most attended by" in window.heatmap.info_at(row, position)
 
 
 def test_bad_input_names_the_problem_and_keeps_the_questions(ctx, tmp_path):
