@@ -49,6 +49,7 @@ class QuestionsController:
         panel.settingsChanged.connect(self.follow)
         panel.questionsEdited.connect(self._on_edited)
         host.controls.configChanged.connect(self.follow)
+        host.engine.progressed.connect(self._on_progress)
         self.show_action = QAction("&Questions", host.widget)
         self.show_action.setShortcut(QKeySequence(QUESTIONS_SHORTCUT))
         self.show_action.setStatusTip(
@@ -121,6 +122,12 @@ class QuestionsController:
             QUESTIONS, job, coalesce=True, on_result=self.on_finished, on_failure=self.on_failed
         )
         return self.request_id
+
+    def _on_progress(self, request_id: int, text: str, fraction: float) -> None:
+        if request_id == self.request_id:
+            bar = self.panel.progressBar
+            bar.setValue(round(fraction * bar.maximum()))
+            self.panel.set_status(text + "…")
 
     def cancel(self) -> None:
         """Stop answering (the panel's Cancel, and Session ▸ Cancel / Esc through the window); the answers shown
