@@ -52,11 +52,11 @@ test: $(STAMP) blas
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 # The long demo-model evaluations in full (minutes); `make test` keeps a fixed subset of each.
 eval: $(STAMP) blas
-	$(BIN)/python -m pytest -q -m eval
+	$(BIN)/python -m pytest -q -n auto -m eval
 
 bench: $(STAMP) blas
 	$(BIN)/python -m benchmarks.run_all

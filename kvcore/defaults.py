@@ -129,3 +129,8 @@ LAZY_QUERY_SHARE = 0.25
 
 #: Environment variable that switches kvcore's CUDA kernels off ("0"), for side-by-side runs against the MLX path.
 FUSED_KERNELS_ENV = "KVLENS_FUSED_KERNELS"
+
+#: Tokens each question's answer runs to in the app's Questions panel (short: an answer is a name or a value).
+DEFAULT_ANSWER_TOKENS = 8
+#: Positions marked per (layer, kv-head) row when the heatmap shows where a question attends over the context.
+QUESTION_ATTENTION_TOP = 8

@@ -4,8 +4,10 @@ the demo model, under Xvfb.
 Run `make screenshot` (or `python scripts/screenshot.py [out.png] [--size=1920x1080]`); with `--sweep` it also runs a sweep from the
 Sweep dock and writes docs/sweep.png (the window with the Sweep dock raised) and docs/frontier.png (the frontier
 plot's own export, 1600 px wide), then a needle grid from its dock: docs/needle_grid.png (the window with the grid
-raised). With `--timeline` it writes docs/timeline.png instead: a 1,024-token generation under a decoding policy
-(TIMELINE) from the Timeline dock, scrubbed half way so the heatmap shows the cache at that step. Without a display it re-runs itself under `xvfb-run` (Qt's xcb plugin needs libxcb-cursor0, libxcb-icccm4
+raised). With `--questions` it opens the Questions dock on the showcase context (the prompt less its last line) with
+three questions about it, answers them, rings the first one's attention in the heatmap and writes
+docs/questions.png. With `--timeline` it writes docs/timeline.png instead: a 1,024-token generation under a decoding
+policy (TIMELINE) from the Timeline dock, scrubbed half way so the heatmap shows the cache at that step. Without a display it re-runs itself under `xvfb-run` (Qt's xcb plugin needs libxcb-cursor0, libxcb-icccm4
 and libxcb-keysyms1 on Debian); settings go to a temporary file, so the user's own settings are never read or written.
 """
 
@@ -130,7 +132,7 @@ def _wait(app, condition, timeout: float) -> bool:
     return condition()
 
 
-def main(out: Path, sweep: bool = False, timeline: bool = False) -> int:
+def main(out: Path, sweep: bool = False, questions: bool = False, timeline: bool = False) -> int:
     sys.path.insert(0, str(ROOT))
     from PySide6.QtWidgets import QApplication
 
@@ -167,6 +169,8 @@ def main(out: Path, sweep: bool = False, timeline: bool = False) -> int:
             print(f"Could not write {out}", file=sys.stderr)
             return 1
         if sweep and not _sweep_shots(app, window, out.parent):
+            return 1
+        if questions and not _questions_shot(app, window, out.parent / "questions.png"):
             return 1
         window.close()
     print(f"Wrote {out}")
@@ -233,6 +237,46 @@ def _window_shot(app, window, dock, out: Path) -> bool:  # noqa: ANN001
     return window.grab().save(str(out))
 
 
+#: The questions of the Questions shot: keys of the showcase's ROUTES table and the values they map to.
+QUESTION_KEYS = {"cache_ibis_hash": "fzi", "tenant_tulip_ref": "xa4h", "queue_fjord_id": "2h34"}
+QUESTIONS_CONFIG = {"method": "snapkv", "ratio": 0.25, "bits": 16}
+
+
+def _questions_shot(app, window, out: Path) -> bool:  # noqa: ANN001
+    """Prefill the showcase context (its last line is a question: it goes), answer QUESTION_KEYS from the
+    Questions dock at QUESTIONS_CONFIG, ring the first question's attention and save the window."""
+    from kvcore.engine.questions import Question
+
+    text = window.sessionPanel.promptEdit.toPlainText()
+    context = text[: text.rstrip().rfind("\n") + 1]
+    window.controls.set_config(QUESTIONS_CONFIG)
+    window.sessionPanel.promptEdit.setPlainText(context)
+    before = len(window.displayed_ids)
+    window.prefill()
+    if not _wait(
+        app, lambda: len(window.displayed_ids) > before and window.status.busyLabel.text() == "", 600
+    ):
+        print(f"The context prefill did not finish: {window.last_error}", file=sys.stderr)
+        return False
+    panel = window.questionsPanel
+    panel.set_questions(
+        [Question(f'assert ROUTES["{key}"] == "', value) for key, value in QUESTION_KEYS.items()]
+    )
+    window.questioning.show_dock()
+    window.questioning.run()
+    if not _wait(app, lambda: window.questioning.last is not None and not window.questioning.running, 600):
+        print(f"The questions were not answered: {window.last_error}", file=sys.stderr)
+        return False
+    panel.table.selectRow(0)
+    window.questioning.mark_attention(0)
+    if not _wait(app, lambda: window.heatmap.marks() is not None, 120):
+        print(f"The attention was not marked: {window.last_error}", file=sys.stderr)
+        return False
+    panel.table.clearSelection()  # every row's ✓/✗ colours in view (the status names the ringed question)
+    print(f"Wrote {out}")
+    return _window_shot(app, window, window.questionsDock, out)
+
+
 #: The Timeline shot: a 1,024-token generation under knorm from the full prefill cache of a 611-token sample
 #: (prompt and generation fit the demo model's 2,048-token context), one layer × kv-head drawn.
 TIMELINE = {"method": "knorm", "budget": 256, "interval": 16, "tokens": 1024}
@@ -276,11 +320,16 @@ def _timeline_shot(app, window, out: Path) -> bool:  # noqa: ANN001
 
 
 if __name__ == "__main__":
-    flags = ("--sweep", "--timeline")
+    flags = ("--sweep", "--questions", "--timeline")
     args = [a for a in sys.argv[1:] if a not in flags and not a.startswith("--size=")]
     target = Path(args[0]) if args else DEFAULT_OUT
     sys.exit(
         _rerun_under_xvfb()
         if _needs_display()
-        else main(target, sweep="--sweep" in sys.argv, timeline="--timeline" in sys.argv)
+        else main(
+            target,
+            sweep="--sweep" in sys.argv,
+            questions="--questions" in sys.argv,
+            timeline="--timeline" in sys.argv,
+        )
     )

@@ -10,6 +10,7 @@ no session, so a new prefill keeps them and clicking one only says its configura
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtGui import QAction, QKeySequence
@@ -23,6 +24,7 @@ from app.engine.thread import JobFailure, JobResult
 from app.widgets.config_text import config_label
 from app.widgets.frontier import result_text
 from app.widgets.sweep_panel import SweepPanel
+from kvcore.engine.questions import Question
 from kvcore.engine.session import CompressionConfig
 from kvcore.engine.sweep import SweepPoint, check_group_size, grid, remaining_seconds
 from kvcore.measure.export import SWEEP_COLUMNS
@@ -41,6 +43,8 @@ class SweepController:
         self.request_id: int | None = None
         self.total = 0
         self.results_path: Path | None = None  # the results file the plot shows, when it shows one
+        #: Where the questions come from (the Questions dock): every point then measures their accuracy.
+        self.questions: Callable[[], tuple[list[Question], int]] = lambda: ([], 0)
         self.panel.runRequested.connect(self.run)
         self.panel.cancelRequested.connect(self.cancel)
         self.panel.exportCsvRequested.connect(self.export_csv_dialog)
@@ -107,9 +111,15 @@ class SweepController:
         self.results_path = None
         self.total = len(configs)
         self.panel.set_running(True, self.total)
+        questions, answer_tokens = self.questions()
+        if questions:
+            w.status.show(
+                f"Each point also answers the {len(questions)} questions of the Questions dock "
+                "(query-agnostic): the frontier offers their accuracy."
+            )
         self.request_id = w.engine.submit(
             jobs.SWEEP,
-            jobs.sweep([c.to_dict() for c in configs]),
+            jobs.sweep([c.to_dict() for c in configs], questions, answer_tokens),
             on_result=self.on_finished,
             on_failure=self.on_failed,
             on_partial=self._on_partial,
@@ -126,6 +136,8 @@ class SweepController:
             return
         self.plot.add_point(result.value)
         points = self.points()
+        if len(points) == 1 and result.value.metrics.get("question_accuracy") is not None:
+            self.plot.set_metric("question_accuracy")
         self.panel.show_progress(len(points), self.total, remaining_seconds(points, self.total))
 
     def on_finished(self, result: JobResult) -> None:

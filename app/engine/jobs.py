@@ -10,12 +10,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.engine.thread import Job, JobContext
 from app.engine.view_model import CompressionView, LoadedModel, SequenceView, compression_view, sequence_view
 from kvcore.capture.prefill import Cancelled
+from kvcore.defaults import DEFAULT_ANSWER_TOKENS
+from kvcore.engine.questions import Question
 from kvcore.engine.session import CompressionConfig, Session
 from kvcore.engine.sweep import SweepPoint, run_sweep
 from kvcore.probes.needle_grid import GridCell, run_grid
@@ -146,9 +148,14 @@ def compress(
     return job
 
 
-def sweep(configs: list[dict[str, Any]]) -> Job:
+def sweep(
+    configs: list[dict[str, Any]],
+    questions: Sequence[Question] = (),
+    answer_tokens: int = DEFAULT_ANSWER_TOKENS,
+) -> Job:
     """Run a sweep over the current prefill, publishing each finished point (kvcore.engine.sweep.SweepPoint) at once;
-    returns them all. Cancel keeps what was published (the job then ends as cancelled)."""
+    returns them all. Cancel keeps what was published (the job then ends as cancelled). With `questions` every
+    point also has their accuracy (query-agnostic: the prefill is their context)."""
 
     def job(ctx: JobContext) -> list[SweepPoint]:
         session = _session(ctx)
@@ -160,7 +167,15 @@ def sweep(configs: list[dict[str, Any]]) -> Job:
             )
 
         points = []
-        for point in run_sweep(session, cfgs, should_cancel=ctx.cancelled, on_progress=progress):
+        run = run_sweep(
+            session,
+            cfgs,
+            should_cancel=ctx.cancelled,
+            on_progress=progress,
+            questions=questions,
+            answer_tokens=answer_tokens,
+        )
+        for point in run:
             points.append(point)
             ctx.publish(point)
         ctx.check_cancelled()

@@ -66,7 +66,10 @@ _SHORT_LABELS = {
     "nll_delta": "NLL Δ (nats/token)",
     "first_divergence": "first divergence",
     "needle_recall": "needle recall",
+    "question_accuracy": "question accuracy",
 }
+#: Metrics offered only when some point has them (a needle grid's recall, a sweep over questions).
+_OPTIONAL_METRICS = ("needle_recall", "question_accuracy")
 _RESULT_NAMES = {"kl_mean": "KL", "agreement": "agreement", "nll_delta": "NLL Δ", "needle_recall": "recall"}
 
 
@@ -88,6 +91,8 @@ def point_text(point: Point, baseline: str | None = None) -> str:
     parts.append(f"first divergence {'none' if first is None else first}")
     if m.get("needle_recall") is not None:
         parts.append(f"needle recall {m['needle_recall']:.2f}")
+    if m.get("question_accuracy") is not None:
+        parts.append(f"question accuracy {m['question_accuracy']:.2f}")
     return " · ".join(parts)
 
 
@@ -315,7 +320,7 @@ class FrontierPlot(QWidget):
         present = {k for p in self._points for k, v in p.metrics.items() if v is not None}
         if self.showing_results():
             return [k for k in METRICS if k in present]
-        return [k for k in METRICS if k != "needle_recall" or "needle_recall" in present]
+        return [k for k in METRICS if k not in _OPTIONAL_METRICS or k in present]
 
     def _fill_metrics(self) -> bool:
         """Offer the metrics the points have; True when the choice changed."""

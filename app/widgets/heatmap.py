@@ -37,6 +37,8 @@ VIEW_DIFF = "Diff"
 VIEWS = (VIEW_KEPT, VIEW_SCORES, VIEW_QUANT, VIEW_DIFF)
 
 KEPT_RGBA = (255, 150, 20, 255)
+#: The rings on the positions a question attends to (the hover marker's cyan).
+MARK_RGBA = (0, 230, 255, 255)
 EVICTED_RGBA = (24, 26, 34, 255)
 #: Diff classes, indexed by 2·kept_now + kept_pinned (so the index is computed, never looked up).
 DIFF_CLASSES = ("neither", "only pinned", "only current", "both")
@@ -227,6 +229,8 @@ class RetentionHeatmap(QWidget):
         self._last_cell: tuple[int, int] | None = None
         self._fixed: dict[int, str] = {}  # layer stored whole -> its label
         self._fixed_items: list[pg.TextItem] = []
+        self._marks: np.ndarray | None = None  # [rows, T_marked] bool: cells ringed (a question's attention)
+        self._marks_label = ""
         self.title: str | None = None
         self._build_ui()
 
@@ -242,9 +246,21 @@ class RetentionHeatmap(QWidget):
         self.layerCombo.setToolTip("Show every layer, or one layer's kv-heads large")
         self.legendLabel = QLabel(_KEPT_LEGEND, objectName="heatmapLegend")
         self.legendLabel.setWordWrap(True)  # the Diff view's counts wrap rather than widening the window
+        self.marksLegend = QLabel(
+            f'<span style="color: rgb{MARK_RGBA[:3]}">◯</span> most attended by the question',
+            objectName="heatmapMarksLegend",
+        )
+        self.marksLegend.setVisible(False)
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
-        for w in (QLabel("View"), self.viewCombo, QLabel("Layer"), self.layerCombo, self.legendLabel):
+        for w in (
+            QLabel("View"),
+            self.viewCombo,
+            QLabel("Layer"),
+            self.layerCombo,
+            self.legendLabel,
+            self.marksLegend,
+        ):
             top.addWidget(w)
         top.setStretchFactor(self.legendLabel, 1)
 
@@ -271,6 +287,11 @@ class RetentionHeatmap(QWidget):
         self.boundary.setVisible(False)
         self.boundary_column: int | None = None
         self.plot.addItem(self.boundary)
+        self.marksItem = pg.ScatterPlotItem(
+            symbol="o", size=7, pen=pg.mkPen(MARK_RGBA, width=1.5), brush=None, pxMode=True
+        )
+        self.marksItem.setZValue(11)
+        self.plot.addItem(self.marksItem)
         self.colorBar = pg.ColorBarItem(values=(0, 1), interactive=False, colorMapMenu=False, width=15)
         self.colorBar.axis.enableAutoSIPrefix(False)  # quantization error reads 0.003, not 3 "(x0.001)"
         self.graphics.addItem(self.colorBar, row=0, col=1)
@@ -340,6 +361,39 @@ class RetentionHeatmap(QWidget):
         self._update_view_availability()
         self._refresh()
 
+    def set_marks(self, marked: np.ndarray | None, label: str = "") -> None:
+        """Ring the cells of `marked` [rows, T'] (T' may stop short of the shown columns: a question's attention
+        covers the context only); None clears. Rows that do not match the data shown are refused."""
+        if marked is not None:
+            marked = np.ascontiguousarray(marked, dtype=bool)
+            if marked.ndim != 2 or marked.shape[0] != self._kept.shape[0]:
+                raise ValueError(
+                    f"marks {marked.shape} do not match the heatmap's {self._kept.shape[0]} rows"
+                )
+        self._marks, self._marks_label = marked, label if marked is not None else ""
+        self._draw_marks(self._visible_rows())
+
+    def marks(self) -> np.ndarray | None:
+        """The ringed cells [rows, T'], or None."""
+        return None if self._marks is None else self._marks.copy()
+
+    def marked_cells(self) -> list[tuple[int, int]]:
+        """(shown row, position) of every ring drawn now (the visible rows, positions inside the data)."""
+        x, y = self.marksItem.getData()
+        return [(int(r), int(c)) for c, r in zip(np.floor(x), np.floor(y), strict=True)]
+
+    def _draw_marks(self, rows: slice) -> None:
+        shown = self._marks is not None and self._marks.shape[0] == self._kept.shape[0]
+        self.marksLegend.setVisible(shown)
+        self.marksLegend.setToolTip(self._marks_label)
+        if not shown:
+            self.marksItem.setData(x=[], y=[])
+            return
+        width = min(self._marks.shape[1], self._kept.shape[1])
+        r, c = np.nonzero(self._marks[rows, :width])
+        self.marksItem.setData(x=c + 0.5, y=r + 0.5)
+        self.marksItem.setToolTip(self._marks_label)
+
     def pinned(self) -> np.ndarray | None:
         """The pinned kept mask, or None."""
         return None if self._pinned is None else self._pinned.copy()
@@ -355,6 +409,7 @@ class RetentionHeatmap(QWidget):
         """Show nothing (e.g. after loading another model)."""
         self.set_boundary(None)
         self.highlight_position(None)
+        self._marks = None
         self.set_data(np.zeros((0, 0), dtype=bool), [], [], None, None, 0, 0)
 
     def set_title(self, text: str | None) -> None:
@@ -435,6 +490,10 @@ class RetentionHeatmap(QWidget):
             parts.append(f"{where} ({self._fixed[r // self._heads]})")
         else:
             parts.append("kept" if self._kept[r, position] else "evicted")
+        marks = self._marks
+        shown = marks is not None and marks.shape[0] == self._kept.shape[0] and position < marks.shape[1]
+        if shown and marks[r, position]:
+            parts.append("◯ " + self._marks_label)
         return " · ".join(parts)
 
     def fixed_rows(self) -> np.ndarray:
@@ -512,6 +571,7 @@ class RetentionHeatmap(QWidget):
         self._fit_range()
         self._render(force=True)
         self._draw_fixed_labels(rows)
+        self._draw_marks(rows)
         self._x_axis.picture = None
         self._y_axis.picture = None
         self._x_axis.update()

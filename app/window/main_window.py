@@ -18,12 +18,14 @@ from app.controllers import file_dialogs
 from app.controllers.needle_grid import NeedleController
 from app.controllers.pinning import PinController
 from app.controllers.plot_exports import ask_image_path, export_plot, export_rows
+from app.controllers.questions import QuestionsController
 from app.controllers.results_files import OPEN_RESULTS, ResultsFiles
 from app.controllers.session_files import OPEN, SAVE, SessionFiles
 from app.controllers.sweep import SweepController
 from app.controllers.timeline import TimelineController
 from app.engine import jobs
 from app.engine.jobs import COMPRESS, EXTEND, LOAD, NEEDLES, PREFILL, SWEEP
+from app.engine.question_jobs import QUESTION_ATTENTION, QUESTIONS
 from app.engine.thread import EngineThread, JobFailure, JobResult
 from app.engine.timeline_jobs import DECODE
 from app.engine.view_model import CompressionView, LoadedModel, SequenceView
@@ -32,6 +34,7 @@ from app.widgets.comparison import ComparisonView, MetricsPanel
 from app.widgets.controls import DEFAULTS, CompressionControls
 from app.widgets.heatmap import RetentionHeatmap
 from app.widgets.needle_panel import NeedlePanel
+from app.widgets.questions_panel import QuestionsPanel
 from app.widgets.scrolling import scrolled
 from app.widgets.session_panel import SessionPanel, find_cached_models
 from app.widgets.status_area import StatusArea
@@ -55,6 +58,8 @@ LONG_KINDS = {
     OPEN: "Opening the session",
     OPEN_RESULTS: "Opening the results",
     SAVE: "Saving the session",
+    QUESTIONS: "Answering the questions",
+    QUESTION_ATTENTION: "Measuring the question's attention",
     DECODE: "Decoding",
 }
 
@@ -108,6 +113,8 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self.sweeping = SweepController(self, self.sweepPanel, self.sweepDock)
         self.needles = NeedleController(self, self.needlePanel, self.needleDock)
+        self.questioning = QuestionsController(self, self.questionsPanel, self.questionsDock)
+        self.sweeping.questions = self.questioning.for_sweep
         self.timeline = TimelineController(self, self.timelinePanel, self.timelineDock)
         self.pinning = PinController(self)
         self.session_files = SessionFiles(self, self.pinning, self.sweeping)
@@ -150,6 +157,8 @@ class MainWindow(QMainWindow):
         self.sweepDock = self._dock("Sweep", self.sweepPanel, scroll=False)
         self.needlePanel = NeedlePanel()
         self.needleDock = self._dock("Needle grid", self.needlePanel, scroll=False)
+        self.questionsPanel = QuestionsPanel()
+        self.questionsDock = self._dock("Questions", self.questionsPanel, scroll=False)
         self.timelinePanel = TimelinePanel()
         self.timelineDock = self._dock("Timeline", self.timelinePanel, scroll=False)
         layout.arrange_docks(self)
@@ -184,6 +193,7 @@ class MainWindow(QMainWindow):
             self.statsDock,
             self.sweepDock,
             self.needleDock,
+            self.questionsDock,
             self.timelineDock,
         ]
 
@@ -275,6 +285,7 @@ class MainWindow(QMainWindow):
     def cancel(self) -> None:
         """Stop the running job and drop the queued ones."""
         self.engine.cancel()
+        self.questioning.cancel()
         self.status.show("Cancelling…")
 
     # -- exports ---------------------------------------------------------------------------------------
@@ -339,6 +350,7 @@ class MainWindow(QMainWindow):
         self.status.show(
             f"Prefilled {seq.prompt_len} tokens; the dense continuation is the reference. {cleared}".strip()
         )
+        self.questioning.on_prefilled()
 
     def _on_extended(self, result: JobResult) -> None:
         seq: SequenceView | None = result.value
@@ -373,6 +385,7 @@ class MainWindow(QMainWindow):
         cleared = f"{cleared} {self.sweeping.clear('another model was loaded')}".strip()
         cleared = f"{cleared} {self.timeline.clear('another model was loaded')}".strip()
         self.heatmap.clear()
+        self.questionsPanel.clear_answers()
         self.comparison.set_texts([], [], None)
         self.comparison.set_steps(None)
         self.metricsPanel.set_metrics({})

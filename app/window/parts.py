@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.controllers.needle_grid import NeedleController
 from app.controllers.pinning import PinController
+from app.controllers.questions import QuestionsController
 from app.controllers.results_files import OPEN_RESULTS_SHORTCUT, ResultsFiles
 from app.controllers.session_files import OPEN_SHORTCUT, SAVE_SHORTCUT, SessionFiles
 from app.controllers.sweep import SweepController
@@ -42,6 +43,7 @@ class MenuOwner(Protocol):
     results_files: ResultsFiles
     sweeping: SweepController
     needles: NeedleController
+    questioning: QuestionsController
     timeline: TimelineController
     pinning: PinController
 
@@ -209,6 +211,7 @@ def build_menus(owner: MenuOwner) -> WindowActions:
     view_menu.addSeparator()
     view_menu.addAction(owner.sweeping.show_action)
     view_menu.addAction(owner.needles.show_action)
+    view_menu.addAction(owner.questioning.show_action)
     view_menu.addAction(owner.timeline.show_action)
     view_menu.addSeparator()
     reset_layout = _action(

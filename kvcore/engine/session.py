@@ -802,9 +802,12 @@ class Session:
             return [first, *self._greedy(branch, first, n - 1, should_cancel)]
         return self._greedy(branch, self.prompt_ids[-1], n, should_cancel)
 
-    def answer(self, state: CompressedState, question: Question, n: int) -> Answer:
+    def answer(
+        self, state: CompressedState, question: Question, n: int, should_cancel: CancelCheck = None
+    ) -> Answer:
         """Query-agnostic: `question` appended to copies of the dense and the compressed cache of the prefilled
-        context (neither changes), each answered greedily for n tokens (kvcore.engine.questions)."""
+        context (neither changes), each answered greedily for n tokens (kvcore.engine.questions); `Cancelled`
+        between decode steps when `should_cancel()` says so."""
         self._check_thread()
         self._require_prefill()
         if n < 1:
@@ -816,8 +819,8 @@ class Session:
         # Under mlx-lm the caches stop one token short of the context: its last token goes in with the question.
         feed = [*([] if schedule == "paper" else [self.prompt_ids[-1]]), *ids]
         dense_cache = self._observed(schedule).cache
-        dense_tokens = self._answer_tokens(dense_cache, feed, n)
-        comp_tokens = self._answer_tokens(state.cache, feed, n)
+        dense_tokens = self._answer_tokens(dense_cache, feed, n, should_cancel)
+        comp_tokens = self._answer_tokens(state.cache, feed, n, should_cancel)
         forced = [*feed, *dense_tokens[:-1]]
         dense_logits = self._logits_after(dense_cache, forced, n)
         comp_logits = self._logits_after(state.cache, forced, n)
@@ -825,12 +828,14 @@ class Session:
         decode = self.tokenizer.decode
         return Answer(question, decode(dense_tokens), decode(comp_tokens), dense_tokens, comp_tokens, scores)
 
-    def _answer_tokens(self, cache: list[Any], feed: Sequence[int], n: int) -> list[int]:
+    def _answer_tokens(
+        self, cache: list[Any], feed: Sequence[int], n: int, should_cancel: CancelCheck = None
+    ) -> list[int]:
         branch = caches.copy_cache(cache)
         if len(feed) > 1:
             self.model(mx.array([list(feed[:-1])]), cache=branch)
             self.forward_calls += 1
-        return self._greedy(branch, feed[-1], n, None)
+        return self._greedy(branch, feed[-1], n, should_cancel)
 
     def _logits_after(self, cache: list[Any], tokens: Sequence[int], n: int) -> np.ndarray:
         """The last n rows of logits [n, V] of `tokens` fed through a copy of `cache` (float32)."""

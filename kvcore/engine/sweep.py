@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvcore.defaults import DEFAULT_GROUP_SIZE, UNQUANTIZED_BITS, bits_or_none
+from kvcore.defaults import DEFAULT_ANSWER_TOKENS, DEFAULT_GROUP_SIZE, UNQUANTIZED_BITS, bits_or_none
+from kvcore.engine.questions import Question, accuracy
 from kvcore.engine.session import Cancelled, CompressionConfig, Session
 from kvcore.measure.export import SUMMARY_COLUMNS
 
@@ -144,10 +145,16 @@ def run_sweep(
     configs: Sequence[CompressionConfig],
     should_cancel: Callable[[], bool] | None = None,
     on_progress: Callable[[int, int, SweepPoint], None] | None = None,
+    questions: Sequence[Question] = (),
+    answer_tokens: int = DEFAULT_ANSWER_TOKENS,
 ) -> Iterator[SweepPoint]:
     """Compress and regenerate every config over the session's current prefill, yielding each point as it
     finishes. Stops early (without raising) when `should_cancel()` turns true; a point whose regeneration was
-    interrupted is dropped, the finished ones have been yielded already."""
+    interrupted is dropped, the finished ones have been yielded already.
+
+    With `questions`, the prefill is their context: each point also answers every question from its compressed
+    cache (query-agnostic, Session.answer) and its metrics get `question_accuracy` (None when no question has an
+    expected answer)."""
     if not session.prompt_ids:
         raise ValueError("no prompt has been prefilled yet: run Prefill first")
     check_group_size(configs, session.info.head_dim, session.info.value_dim)
@@ -161,10 +168,18 @@ def run_sweep(
             regen = session.regenerate(state, should_cancel=cancelled)
         except Cancelled:
             return
+        summary = {k: v for k, v in regen.metrics.items() if k != "kl_per_step"}
+        if questions:
+            answers = []
+            for question in questions:
+                if cancelled():
+                    return
+                answers.append(session.answer(state, question, answer_tokens))
+            summary["question_accuracy"] = accuracy(answers, compressed=True)
         point = SweepPoint(
             index=i,
             config=cfg,
-            metrics={k: v for k, v in regen.metrics.items() if k != "kl_per_step"},
+            metrics=summary,
             bytes_dense=state.bytes_dense,
             bytes_compressed=state.bytes_compressed,
             stats_rows=[dict(r) for r in state.stats_rows],

@@ -38,6 +38,7 @@ METRICS: dict[str, Metric] = {
         Metric("nll_delta", "NLL delta (nats per token)", higher_is_better=False),
         Metric("first_divergence", "First divergence (generated token)", higher_is_better=True),
         Metric("needle_recall", "Needle recall", higher_is_better=True),
+        Metric("question_accuracy", "Accuracy over questions", higher_is_better=True),
     )
 }
 DEFAULT_METRIC = next(iter(METRICS))

@@ -111,3 +111,21 @@ def test_remaining_time_is_the_mean_point_time_times_the_points_left(session):
     assert remaining_seconds([], 12) is None
     mean = (points[0].seconds + points[1].seconds) / 2
     assert math.isclose(remaining_seconds(points, 12), mean * 10)
+
+
+def test_a_sweep_over_questions_scores_each_point_as_session_answer_does(session):
+    """With questions the prefill is their context: each point's question_accuracy is the share of
+    Session.answer's compressed answers that contain the expected answer (query-agnostic)."""
+    from kvcore.engine.questions import Question, accuracy
+
+    first = session.answer(session.compress(CompressionConfig(ratio=1.0)), Question("x = "), 2)
+    questions = [Question("x = ", first.dense_text), Question("def f(", "§never§"), Question("y")]
+    configs = grid(["snapkv"], [0.25, 1.0], [16])
+    points = list(run_sweep(session, configs, questions=questions, answer_tokens=2))
+    for point in points:
+        state = session.compress(point.config)
+        want = accuracy([session.answer(state, q, 2) for q in questions], compressed=True)
+        assert point.metrics["question_accuracy"] == want
+    assert points[-1].metrics["question_accuracy"] == 0.5, "ratio 1 answers as dense: one of two right"
+    plain = next(run_sweep(session, configs[:1]))
+    assert "question_accuracy" not in plain.metrics
