@@ -29,8 +29,18 @@ def _rms(x: np.ndarray, weight, eps: float) -> np.ndarray:
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * np.array(weight, dtype=np.float64)
 
 
+_computed: dict[tuple[int, tuple[int, ...]], list[Layer]] = {}
+
+
 def layers(model, config: dict, ids: list[int]) -> list[Layer]:
-    """Every layer of `model` on the prompt `ids` (float64)."""
+    """Every layer of `model` on the prompt `ids` (float64), computed once per (model, prompt) in a test run."""
+    key = (id(model), tuple(ids))
+    if key not in _computed:
+        _computed[key] = _layers(model, config, ids)
+    return _computed[key]
+
+
+def _layers(model, config: dict, ids: list[int]) -> list[Layer]:
     inner, n = model.model, len(ids)
     d, eps = config["head_dim"], config["rms_norm_eps"]
     rotations = np.stack([rope_matrix(inv_freqs(config), p) for p in range(n)])  # [T, D, D]
@@ -53,8 +63,8 @@ def layers(model, config: dict, ids: list[int]) -> list[Layer]:
     return out
 
 
-def prompt_ids(model, n: int, seed: int) -> list[int]:
-    """Random prompt ids inside the model's vocabulary."""
+def prompt_ids(model, n: int = 90, seed: int = 5) -> list[int]:
+    """Random prompt ids inside the model's vocabulary (by default the one prompt the scorer tests share)."""
     return [int(t) for t in np.random.default_rng(seed).integers(1, model.args.vocab_size, n)]
 
 

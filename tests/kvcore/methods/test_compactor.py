@@ -33,7 +33,7 @@ def oracle(
 @pytest.mark.parametrize(("start", "end", "chunk", "blending"), [(8, 4, 256, 0.75), (3, 0, 20, 0.2)])
 def test_compactor_matches_numpy(loaded_models, start, end, chunk, blending):
     model = loaded_models["llama"][0]
-    ids = real_layers.prompt_ids(model, 80, 6)
+    ids = real_layers.prompt_ids(model)
     result = capture.prefill_with_capture(model, ids, chunk_size=37, h2o="lazy")
     params = dict(sink_size_start=start, sink_size_end=end, chunk_size=chunk, blending=blending)
     ranking = selection.rank(result.observations, methods.get("compactor", **params))

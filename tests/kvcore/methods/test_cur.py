@@ -43,7 +43,7 @@ def oracle(k, v, layer, leverage_type, random, use_local, w, seed, n_sink):
 )
 def test_cur_matches_numpy(loaded_models, leverage_type, random, use_local, w, n_sink):
     model = loaded_models["llama"][0]
-    ids = real_layers.prompt_ids(model, 75, 2)
+    ids = real_layers.prompt_ids(model)
     result = capture.prefill_with_capture(model, ids, chunk_size=37)
     params = dict(leverage_type=leverage_type, use_random_leverage=random, use_local_approximation=use_local)
     method = methods.get("cur", local_window_size=w, num_sinks=n_sink, sketch_seed=1, **params)

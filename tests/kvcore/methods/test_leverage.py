@@ -32,7 +32,7 @@ def oracle(keys_pre: np.ndarray, layer: int, width: int, seed: int) -> np.ndarra
 @pytest.mark.parametrize(("width", "seed"), [(48, 0), (16, 3)])
 def test_leverage_matches_numpy(loaded_models, arch, width, seed):
     model = loaded_models[arch][0]
-    ids = real_layers.prompt_ids(model, 90, 5)
+    ids = real_layers.prompt_ids(model)
     result = capture.prefill_with_capture(model, ids, chunk_size=37)
     method = methods.get("leverage", sketch_dimension=width, sketch_seed=seed)
     ranking = selection.rank(result.observations, method)

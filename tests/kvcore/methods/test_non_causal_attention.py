@@ -42,7 +42,7 @@ def oracle(layer: real_layers.Layer, c: int) -> np.ndarray:
 @pytest.mark.parametrize("chunk_size", [256, 32, 25])
 def test_non_causal_attention_matches_numpy(loaded_models, chunk_size):
     model = loaded_models["llama"][0]
-    ids = real_layers.prompt_ids(model, 75, 4)
+    ids = real_layers.prompt_ids(model)
     result = capture.prefill_with_capture(model, ids, chunk_size=37, h2o="lazy")
     ranking = selection.rank(result.observations, methods.get("non_causal_attention", chunk_size=chunk_size))
     for i, layer in enumerate(real_layers.layers(model, dict(ARCHS["llama"]), ids)):
