@@ -51,5 +51,7 @@ def test_default_blending_is_the_compression_ratio():
         method.at_ratio(0.25).blending == 0.75
         and methods.get("compactor", blending=0.1).at_ratio(0.25).blending == 0.1
     )
+    assert methods.get("adakv-compactor").at_ratio(0.5).inner.blending == 0.5
+    assert methods.get("adakv-snapkv").at_ratio(0.5) == methods.get("adakv-snapkv")
     with pytest.raises(ValueError, match="blending must be >= 0, or -1"):
         methods.get("compactor", blending=-0.5)
