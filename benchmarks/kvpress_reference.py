@@ -48,7 +48,49 @@ def _presses(kvpress):
         "adakv-expected_attention": (lambda: kvpress.AdaKVPress(kvpress.ExpectedAttentionPress()), "sdpa"),
         "keydiff": (kvpress.KeyDiffPress, "sdpa"),
         "lagkv": (lambda: kvpress.LagKVPress(n_sink=4, lag_size=128), "sdpa"),
+        "leverage": (kvpress.LeverageScorePress, "sdpa"),
+        "cur": (kvpress.CURPress, "sdpa"),
+        "non_causal_attention": (kvpress.NonCausalAttnPress, "sdpa"),
+        "compactor": (kvpress.CompactorPress, "sdpa"),
+        "cap": (kvpress.CapPress, "sdpa"),
     }
+
+
+class _SketchTorch(types.ModuleType):
+    """Stands for `torch` inside kvpress's leverage_press: every name is torch's but `randn`, which returns KV Lens's
+    sketch of the layer being scored (kvcore.methods.leverage.sketch: NumPy's generator seeded by (seed, layer)),
+    so the leverage of both sides is computed from the same matrix."""
+
+    def __init__(self, torch, seed: int) -> None:
+        super().__init__("torch")
+        self._torch, self._seed, self.layer = torch, seed, 0
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+    def randn(self, *shape, device=None, dtype=None):
+        import numpy as np
+
+        *_, n_heads, head_dim, width = shape
+        rng = np.random.default_rng([self._seed, self.layer])
+        phi = rng.standard_normal((n_heads, head_dim, width)).astype(
+            np.float32
+        )  # kvpress scales it by 1/√width
+        return self._torch.tensor(phi, device=device).to(dtype).expand(*shape)
+
+
+def _use_numpy_sketch(kvpress, torch, seed: int) -> None:
+    """Make LeverageScorePress (and CompactorPress through it) draw KV Lens's sketch instead of torch's."""
+    module = sys.modules[kvpress.LeverageScorePress.__module__]
+    stand_in = _SketchTorch(torch, seed)
+    module.torch = stand_in
+    score = kvpress.LeverageScorePress.score
+
+    def score_with_layer(self, module, *args, **kwargs):
+        stand_in.layer = module.layer_idx
+        return score(self, module, *args, **kwargs)
+
+    kvpress.LeverageScorePress.score = score_with_layer
 
 
 def _layer_keys(cache, layer: int):
@@ -91,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         "--ratios", default="0.25,0.5", help="retention ratios r (kvpress compression_ratio = 1 - r)"
     )
     p.add_argument("--methods", default="", help="comma-separated subset of the methods (default: all)")
+    p.add_argument(
+        "--sketch",
+        choices=("numpy", "torch"),
+        default="numpy",
+        help="leverage's Gaussian sketch: KV Lens's (seed 0) or torch's own random draw",
+    )
     args = p.parse_args(argv)
     _stub_missing("datasets", "fire", "cachetools")
     import kvpress
@@ -99,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, DynamicCache
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.sketch == "numpy":
+        _use_numpy_sketch(kvpress, torch, seed=0)
     prompts = json.loads(args.ids.read_text())
     ratios = [float(r) for r in args.ratios.split(",")]
     presses = _presses(kvpress)
@@ -109,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "sketch": args.sketch,
         "kept": {},
     }
     start = time.perf_counter()

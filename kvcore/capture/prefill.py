@@ -77,6 +77,9 @@ class LayerObservation:
     latent: bool = False  # an MLA layer observed in latent space (kvcore.model.mla)
     values: mx.array | None = None  # [H_kv, T, head_dim], a view of the cache (latent: None)
     query_stats: query_stats_module.QueryStats | None = None  # pre-RoPE statistics (expected_attention)
+    rope: Any = (
+        None  # the layer's own rope module (un-rotates cached keys: leverage, compactor); None if untapped
+    )
 
     @property
     def n_tokens(self) -> int:
@@ -388,6 +391,7 @@ def _result(
             pending_queries=state.queries or None,
             latent=state.latent,
             query_stats=_finished(state),
+            rope=None if state.untapped else state.rope,
         )
     result = CaptureResult(cache, observations, skipped, logits, 0, 0)
     _observe_keys(result, cache)

@@ -545,9 +545,10 @@ class Session:
     def ranking(self, config: CompressionConfig) -> Ranking:
         """The method's scores and per-head priority order, computed once per (method, params)."""
         observed = self._observed(config.schedule)
-        key = (config.method_instance, config.schedule)
+        method = config.method_instance.at_ratio(config.ratio)
+        key = (method, config.schedule)
         if key not in self._rankings:
-            self._rankings[key] = rank(observed.observations, config.method_instance)
+            self._rankings[key] = rank(observed.observations, method)
         return self._rankings[key]
 
     def check_config(self, config: CompressionConfig) -> None:

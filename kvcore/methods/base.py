@@ -82,6 +82,11 @@ class Method:
         """Positions ranked above every scored one, highest priority first (kept as far as the budget allows)."""
         return np.zeros(0, np.int64)
 
+    def at_ratio(self, ratio: float) -> Method:
+        """The method as it scores when keeping `ratio` of the prompt: itself, but for a method whose default
+        follows kvpress's compression ratio 1 − r (compactor's blending)."""
+        return self
+
 
 def window_param() -> Any:
     """The observation window (snapkv and the methods built on it): capture keeps up to CAPTURE_WINDOW queries."""
