@@ -92,6 +92,10 @@ class QuantScheme:
         """The stored parts of rows `x` [..., head_dim]: codes, then scales (and biases where the scheme has them)."""
         return tuple(mx.quantize(x, group_size=self.group_size, bits=bits, mode=self.mode))
 
+    def pack_values(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
+        """The stored parts of value rows: as keys' unless the scheme packs the two sides differently (qjl)."""
+        return self.pack(x, bits)
+
     def unpack(self, parts: tuple[mx.array, ...], bits: int) -> mx.array:
         """The float rows the stored parts hold (MLX's MX modes give bfloat16, which holds their values exactly)."""
         return mx.dequantize(*parts, group_size=self.group_size, bits=bits, mode=self.mode)
