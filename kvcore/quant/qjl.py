@@ -24,6 +24,7 @@ from kvcore.declared import param
 from kvcore.defaults import ALLOWED_BITS, ALLOWED_GROUP_SIZES, DEFAULT_GROUP_SIZE
 from kvcore.quant.base import QuantScheme
 from kvcore.quant.bitpack import pack_bits, unpack_bits
+from kvcore.quant.layout import affine_widths, parts_refusal
 from kvcore.quant.projections import gaussian_sketch
 
 PAPER = "Zandieh et al. 2024, arXiv 2406.03482"
@@ -41,6 +42,7 @@ class QJL(QuantScheme):
     allowed_group_sizes: ClassVar[tuple[int, ...]] = ALLOWED_GROUP_SIZES
     mode: ClassVar[str] = "affine"  # the values' packing
     has_biases: ClassVar[bool] = True
+    own_layout: ClassVar[bool] = True
 
     group_size: int = param(
         DEFAULT_GROUP_SIZE, "elements of a value row sharing one scale and bias", minimum=32, maximum=128
@@ -55,6 +57,22 @@ class QJL(QuantScheme):
     def n_parts(self) -> int:
         """The keys' parts: sign bits and norms (values store affine's three)."""
         return 2
+
+    @property
+    def n_value_parts(self) -> int:
+        """Affine's codes, scales and biases."""
+        return 3
+
+    def layout_refusal(self, parts: tuple[mx.array, ...], bits: int, values: bool = False) -> str | None:
+        """Keys: sign bits (m = bits·d) and a float16 norm; values: affine's parts at the file's group size."""
+        if not values:
+            return parts_refusal(parts, [(parts[0].shape[-1], mx.uint8), (1, mx.float16)], ("signs", "norms"))
+        d = parts[0].shape[-1] * 32 // bits
+        scales = parts[1].dtype if len(parts) > 1 else mx.float32
+        want = affine_widths(
+            d, bits, self.group_size, scales if mx.issubdtype(scales, mx.floating) else mx.float32
+        )
+        return parts_refusal(parts, want, ("codes", "scales", "biases"))
 
     def pack(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
         """Keys: (signs of S·k uint8 [..., bits·d/8], ‖k‖ float16 [..., 1])."""

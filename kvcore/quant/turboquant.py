@@ -28,6 +28,7 @@ import mlx.core as mx
 from kvcore.declared import param
 from kvcore.quant.base import QuantScheme
 from kvcore.quant.bitpack import pack_bits, unpack_bits
+from kvcore.quant.layout import parts_refusal
 from kvcore.quant.lloyd_max import gaussian_codebook
 from kvcore.quant.projections import gaussian_sketch, random_rotation
 
@@ -63,6 +64,7 @@ class TurboQuant(QuantScheme):
     allowed_bits: ClassVar[tuple[int, ...]] = (1, 2, 3, 4)
     allowed_group_sizes: ClassVar[tuple[int, ...]] = (1,)
     mode: ClassVar[str] = "turboquant"
+    own_layout: ClassVar[bool] = True
 
     group_size: int = param(1, "no groups: one norm per whole vector (head_dim)", minimum=1, maximum=1)
     seed: int = param(0, "seed of the random rotation (regenerated: no stored bytes)", minimum=0)
@@ -86,6 +88,11 @@ class TurboQuant(QuantScheme):
                 f"head_dim={head_dim} is not supported: {self.name} packs codes in whole bytes, so head_dim must "
                 f"be a multiple of 8"
             )
+
+    def layout_refusal(self, parts: tuple[mx.array, ...], bits: int, values: bool = False) -> str | None:
+        """Codes uint8 d·b/8 wide and a float16 norm, d read from the codes' width."""
+        d = parts[0].shape[-1] * 8 // bits
+        return parts_refusal(parts, [(d * bits // 8, mx.uint8), (1, mx.float16)], ("codes", "norms"))
 
     def encode(self, u: mx.array, bits: int) -> mx.array:
         """Codes uint8 [..., d] of unit rows u: each rotated coordinate's Lloyd–Max interval."""
@@ -130,6 +137,12 @@ class TurboQuantProd(TurboQuant):
     def n_parts(self) -> int:
         """MSE codes, residual sign bits, norm, residual norm."""
         return 4
+
+    def layout_refusal(self, parts: tuple[mx.array, ...], bits: int, values: bool = False) -> str | None:
+        """MSE codes, sign bits (d/8, d read from them), a norm and a residual norm."""
+        d = parts[1].shape[-1] * 8 if len(parts) > 1 else 0
+        want = [(d * (bits - 1) // 8, mx.uint8), (d // 8, mx.uint8), (1, mx.float16), (1, mx.float16)]
+        return parts_refusal(parts, want, ("codes", "signs", "norms", "residual norms"))
 
     def pack(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
         """(codes uint8 [..., d·(b−1)/8], signs uint8 [..., d/8], ‖x‖ float16 [..., 1], ‖r‖ float16 [..., 1])."""

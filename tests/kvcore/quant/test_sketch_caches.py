@@ -12,6 +12,8 @@ import pytest
 from mlx_lm.models import base as mlx_base
 
 from kvcore import cache_tensor_bytes, quantize_cache
+from kvcore.cache import file_checks
+from kvcore.cache import files as cache_io
 from kvcore.cache.residual import ResidualKVCache, split_select
 from kvcore.cache.sparse import scheme_for, select_positions
 from kvcore.cli.main import main
@@ -144,3 +146,24 @@ def test_session_compresses_and_regenerates_with_turboquant(model_dirs):
     assert all(r["execution"] == "simulated" and r["key_rmse"] > 0 for r in state.stats_rows)
     metrics = session.regenerate(state).metrics
     assert np.isfinite(metrics["kl_mean"]) and 0.0 <= metrics["agreement"] <= 1.0
+
+
+@pytest.mark.parametrize("quant, kb, vb", [("turboquant", 3, 3), ("turboquant_prod", 2, 16), ("qjl", 2, 4)])
+def test_files_keep_the_scheme_and_refuse_parts_of_another_layout(models, tmp_path, quant, kb, vb):
+    model, tok = models["llama"]
+    packed = quantize_cache(
+        prefill(model, prompt_ids(tok)), bits=kb, value_bits=vb, group_size=32, quant=quant
+    )
+    path = tmp_path / "cache.safetensors"
+    cache_io.save_cache(path, packed)
+    loaded, _ = cache_io.load_cache(path)
+    assert all(c.quant == quant and (c.bits, c.value_bits) == (kb, vb) for c in loaded)
+    np.testing.assert_array_equal(run(model, loaded, [5]), run(model, packed, [5]))
+    keys, values = packed[0].keys_and_values()
+    info = {"quant": quant, "bits": kb, "value_bits": vb, "group_size": packed[0].group_size}
+    wrong = (*keys[:-1], keys[-1].astype(mx.float32))  # a float32 norm where float16 is stored
+    with pytest.raises(
+        ValueError, match=r"^layer 0: keys (residual )?norms is mlx.core.float32 of width 1, expected"
+    ) as e:
+        file_checks.check_rows(wrong, values, info, "layer 0")
+    assert "\n" not in str(e.value)
