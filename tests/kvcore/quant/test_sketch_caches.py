@@ -167,3 +167,27 @@ def test_files_keep_the_scheme_and_refuse_parts_of_another_layout(models, tmp_pa
     ) as e:
         file_checks.check_rows(wrong, values, info, "layer 0")
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ("--quant turboquant --bits 5", "--bits/--key-bits 5: allowed are 1, 2, 3, 4 or 16 (unquantized)"),
+        ("--quant turboquant_prod --bits 4 --value-bits 1", "--value-bits 1: allowed are 2, 3, 4 or 16"),
+        ("--quant qjl --bits 4 --group-size 64", "group size 64 does not divide head_dim 32 of this model"),
+    ],
+)
+def test_cli_refuses_a_width_or_group_the_scheme_cannot_take_in_one_line(
+    model_dirs, prompt_file, capsys, flags, message
+):
+    args = [
+        "compress",
+        "--model",
+        str(model_dirs["llama"]),
+        "--prompt-file",
+        str(prompt_file),
+        *flags.split(),
+    ]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
