@@ -85,7 +85,7 @@ class CompressionControls(QWidget):
         self.quantCombo = QComboBox(objectName="quantCombo")
         for i, name in enumerate(available_schemes()):
             self.quantCombo.addItem(name, name)
-            self.quantCombo.setItemData(i, get_scheme(name).description, Qt.ItemDataRole.ToolTipRole)
+            self.quantCombo.setItemData(i, _scheme_tip(get_scheme(name)), Qt.ItemDataRole.ToolTipRole)
         self.quantCombo.setToolTip("The quantization scheme that packs K and V (kvcore.quant)")
         self.bitsLabel = QLabel(objectName="bitsLabel")
         self.bitsLabel.setMinimumWidth(40)
@@ -426,6 +426,16 @@ class CompressionControls(QWidget):
             widget.setProperty("baseToolTip", tip)
         widget.setEnabled(enabled)
         widget.setToolTip(tip if enabled else reason)  # another disabling method brings its own reason
+
+
+def _scheme_tip(scheme: QuantScheme) -> str:
+    """The scheme's description, then its parameters other than the group (which has its own control)."""
+    extra = [
+        f"{p.name} = {getattr(scheme, p.name)}: {p.help}"
+        for p in scheme.parameters()
+        if p.name != "group_size"
+    ]
+    return "\n".join([scheme.description, *extra])
 
 
 def _forced_per_head(method: Method) -> tuple[bool, str] | None:

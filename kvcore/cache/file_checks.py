@@ -12,7 +12,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from kvcore.cache.sparse import validate_quantization, validate_widths
+from kvcore.cache.sparse import scheme_for, validate_quantization, validate_widths
 from kvcore.defaults import DEFAULT_QUANT
 from kvcore.quant import available as available_schemes
 from kvcore.quant import get as get_scheme
@@ -50,6 +50,12 @@ def check_rows(keys: tuple[mx.array, ...], values: tuple[mx.array, ...], info: d
             raise ValueError(f"{where}: {kind} batch is {shapes[0][0]}, expected 1")
         if any(s[:3] != shapes[0][:3] for s in shapes):
             raise ValueError(f"{where}: {kind} parts disagree on [batch, heads, rows]: {shapes}")
+        if quantized and _own_layout(info):  # a scheme whose parts are not mx.quantize's checks them itself
+            bits = info.get("value_bits", info["bits"]) if kind == "values" else info["bits"]
+            refusal = scheme_for(quant, info["group_size"]).layout_refusal(parts, bits, kind == "values")
+            if refusal is not None:
+                raise ValueError(f"{where}: {kind} {refusal}")
+            continue
         for j, p in enumerate(parts):
             want = (
                 (mx.uint32,)
@@ -73,6 +79,12 @@ def check_rows(keys: tuple[mx.array, ...], values: tuple[mx.array, ...], info: d
             f"{where}: keys {_parts_shape(keys)} and values {_parts_shape(values)} disagree on [batch, heads, rows]"
         )
     return int(keys[0].shape[2])
+
+
+def _own_layout(info: dict) -> bool:
+    """Whether the layer's scheme stores parts of its own layout (kvcore.quant's `own_layout`)."""
+    quant = info.get("quant", DEFAULT_QUANT)
+    return quant in available_schemes() and get_scheme(quant).own_layout
 
 
 def _parts_shape(parts: tuple[mx.array, ...]) -> tuple[int, ...]:

@@ -197,8 +197,9 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
             raise ValueError(f"{where}: an empty layer has arrays {sorted(arrays)}")
         return layer
     widths = (info["bits"], info.get("value_bits", info["bits"])) if quantized else (UNQUANTIZED_BITS,) * 2
-    n_packed = scheme_for(quant, info["group_size"]).n_parts if quantized else 1
-    k_parts, v_parts = (1 if w == UNQUANTIZED_BITS else n_packed for w in widths)  # a float side: 1
+    scheme = scheme_for(quant, info["group_size"]) if quantized else None
+    n_packed = (scheme.n_parts, scheme.n_value_parts) if scheme is not None else (1, 1)
+    k_parts, v_parts = (1 if w == UNQUANTIZED_BITS else n for w, n in zip(widths, n_packed, strict=True))
     try:
         k = tuple(arrays[f"keys.{j}"] for j in range(k_parts))
         v = tuple(arrays[f"values.{j}"] for j in range(v_parts))

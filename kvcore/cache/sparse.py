@@ -420,18 +420,18 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
         """The scheme's mx.quantize mode: what `kvcore.model.attention` passes to mx.quantized_matmul."""
         return self.scheme.mode
 
-    def _pack(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
+    def _pack(self, x: mx.array, bits: int, values: bool = False) -> tuple[mx.array, ...]:
         if bits == UNQUANTIZED_BITS:
             return (x,)
         if x.shape[-1] % self.group_size:
             self.scheme.check(bits, x.shape[-1])
-        return self.scheme.pack(x, bits)
+        return self.scheme.pack_values(x, bits) if values else self.scheme.pack(x, bits)
 
     def _encode(self, x: mx.array) -> tuple[mx.array, ...]:
         return self._pack(x, self.bits)
 
     def _encode_values(self, x: mx.array) -> tuple[mx.array, ...]:
-        return self._pack(x, self.value_bits)
+        return self._pack(x, self.value_bits, values=True)
 
     def _wrap(self, parts: Sequence[mx.array]) -> tuple[mx.array, ...]:
         return tuple(parts)

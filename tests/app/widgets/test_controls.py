@@ -275,3 +275,22 @@ def test_unquantized_names_the_baseline_it_stores(controls):
     assert controls.bitsLabel.text() == "off (float32)"
     controls.set_config({"bits": 8, "value_bits": 16})
     assert controls.bitsLabel.text() == "8-bit" and controls.valueBitsLabel.text() == "off (float32)"
+
+
+@pytest.mark.parametrize(
+    "name, paper",
+    [
+        ("turboquant", "arXiv 2504.19874"),
+        ("turboquant_prod", "arXiv 2504.19874"),
+        ("qjl", "arXiv 2406.03482"),
+    ],
+)
+def test_the_sketching_schemes_are_offered_with_their_paper_and_parameters(controls, qtbot, name, paper):
+    combo = controls.quantCombo
+    index = combo.findData(name)
+    tip = combo.itemData(index, Qt.ItemDataRole.ToolTipRole)
+    assert paper in tip and "simulated" in tip and "seed = 0" in tip
+    controls.bitsSlider.setValue(1)  # 3 bits
+    with qtbot.waitSignal(controls.configChanged) as blocker:
+        combo.setCurrentIndex(index)
+    assert (blocker.args[0]["quant"], blocker.args[0]["bits"]) == (name, 3)
