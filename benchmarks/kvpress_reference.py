@@ -53,7 +53,63 @@ def _presses(kvpress):
         "non_causal_attention": (kvpress.NonCausalAttnPress, "sdpa"),
         "compactor": (kvpress.CompactorPress, "sdpa"),
         "cap": (kvpress.CapPress, "sdpa"),
+        "duo_attention": (lambda: _duo_on_prompt(kvpress), "sdpa"),
     }
+
+
+#: The ids of the prompt being pressed (main sets them): duo_attention's on-the-fly scoring reads its sample here.
+_prompt = types.SimpleNamespace(ids=None)
+
+
+class _PromptSample:
+    """Stands for BookSum in kvpress's duo_attention_press: one "chapter", the pressed prompt's ids."""
+
+    def to_pandas(self):
+        return self
+
+    def sample(self, n, random_state=None):
+        ids = _prompt.ids[0].tolist()
+        return {"chapter": types.SimpleNamespace(tolist=lambda: [ids] * n)}
+
+
+class _IdsTokenizer:
+    """Stands for AutoTokenizer there: a "text" is already the prompt's ids."""
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        return cls()
+
+    def __call__(self, ids, return_tensors=None):
+        import torch
+        from transformers import BatchEncoding
+
+        return BatchEncoding({"input_ids": torch.tensor([ids], device=_prompt.ids.device)})
+
+
+def _duo_on_prompt(kvpress):
+    """kvpress's DuoAttentionPress with on_the_fly_scoring, its head scores computed on the pressed prompt (one
+    sample, uncached) instead of 50 BookSum chapters, as KV Lens scores them; the run's compression ratio is its
+    head_compression_ratio (the share of streaming heads), which the press takes instead of a compression ratio."""
+    import functools
+
+    module = sys.modules[kvpress.DuoAttentionPress.__module__]
+    if not hasattr(module, "_kvlens_original"):
+        original = module.duo_attention_on_the_fly
+        module._kvlens_original = getattr(original, "__wrapped__", original)
+        module.duo_attention_on_the_fly = functools.partial(module._kvlens_original, num_samples=1)
+        module.load_dataset = lambda *args, **kwargs: _PromptSample()
+        module.AutoTokenizer = _IdsTokenizer
+
+    class DuoOnPrompt(kvpress.DuoAttentionPress):
+        @property
+        def compression_ratio(self):
+            return self.compression_ratio_
+
+        @compression_ratio.setter
+        def compression_ratio(self, value):
+            self.head_compression_ratio = value
+
+    return DuoOnPrompt(on_the_fly_scoring=True)
 
 
 class _SketchTorch(types.ModuleType):
@@ -173,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         for prompt in prompts:
             for schedule, id_list in prompt["ids"].items():
                 ids = torch.tensor([id_list], device=device)
+                _prompt.ids = ids
                 for ratio in ratios:
                     press = factory()
                     press.compression_ratio = 1.0 - ratio

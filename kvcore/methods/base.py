@@ -82,6 +82,11 @@ class Method:
         """Positions ranked above every scored one, highest priority first (kept as far as the budget allows)."""
         return np.zeros(0, np.int64)
 
+    def across_layers(self, scores: list[np.ndarray | None], ratio: float) -> list[Any] | None:
+        """Every layer's kept positions at once, for a method that decides across layers from all layers' scores
+        [H_kv, T] (duo_attention's streaming heads); None (the default): each layer is ranked and sliced alone."""
+        return None
+
     def at_ratio(self, ratio: float) -> Method:
         """The method as it scores when keeping `ratio` of the prompt: itself, but for a method whose default
         follows kvpress's compression ratio 1 − r (compactor's blending)."""

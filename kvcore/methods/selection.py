@@ -143,6 +143,11 @@ def select(
     adakv = adakv or method.spreads_over_heads
     if adakv and (not per_head or method.shared_across_heads or method.keeps_everything):
         raise ValueError(f"adakv needs per-head selection with a per-head scorer, got {method.name!r} shared")
+    across = method.across_layers([None if r is None else r.scores for r in ranking.layers], ratio)
+    if across is not None:
+        if not per_head:
+            raise ValueError(f"{method.label} keeps positions per kv-head: select per head (per_head=True)")
+        return across
     out: list[LayerSelection] = []
     for layer, n in zip(ranking.layers, layer_budgets(ranking, ratio), strict=True):
         if layer is None:
