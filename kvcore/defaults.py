@@ -134,3 +134,8 @@ FUSED_KERNELS_ENV = "KVLENS_FUSED_KERNELS"
 DEFAULT_ANSWER_TOKENS = 8
 #: Positions marked per (layer, kv-head) row when the heatmap shows where a question attends over the context.
 QUESTION_ATTENTION_TOP = 8
+
+# Calibrated methods (qfilter, expected_attention_stats): artifacts in the user data folder, keyed by model.
+APP_DATA_NAME = "KV Lens"  # platformdirs' application folder name
+DATA_DIR_ENV = "KVLENS_DATA_DIR"  # overrides the user data folder (tests, shared machines)
+CALIBRATION_VERSION = 1  # the artifact format; a file of another version is refused, never overwritten

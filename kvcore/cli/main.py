@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from kvcore.cli import calibrate as calibrate_cli
 from kvcore.cli import probe as probe_cli
 from kvcore.cli.progress import draw_progress, end_progress
 from kvcore.defaults import (
@@ -83,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kvlens", description="KV Lens headless engine.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("methods", help="list every method with its definition and parameters")
+    calibrate_cli.add_parser(sub, str(demo_model_dir()))
     for name in ("compress", "sweep", "probe"):
         s = sub.add_parser(name)
         s.add_argument(
@@ -799,6 +801,8 @@ def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
         return 0
     try:
         _check_args(args)
+        if args.command == "calibrate":
+            return calibrate_cli.run(args)
         return _probe(args) if args.command == "probe" else _one_prompt(args, plot_writer)
     except (
         RankLost

@@ -54,12 +54,13 @@ from kvcore.defaults import (
 )
 from kvcore.engine.questions import Answer, Question
 from kvcore.measure import metrics
-from kvcore.methods import Method, available
+from kvcore.methods import Method, available, calibration
 from kvcore.methods import get as get_method
 from kvcore.methods.base import window_attention
 from kvcore.methods.selection import Ranking, budget_note, device_select, rank, select, selects_on_device
 from kvcore.model import checks as model_checks
 from kvcore.model import loading, prompting
+from kvcore.model.fingerprint import model_fingerprint
 from kvcore.quant import QuantScheme
 from kvcore.quant import available as available_schemes
 from kvcore.quant import get as get_scheme
@@ -545,15 +546,25 @@ class Session:
     def ranking(self, config: CompressionConfig) -> Ranking:
         """The method's scores and per-head priority order, computed once per (method, params)."""
         observed = self._observed(config.schedule)
-        method = config.method_instance.at_ratio(config.ratio)
+        method = self.calibrated(config.method_instance.at_ratio(config.ratio))
         key = (method, config.schedule)
         if key not in self._rankings:
             self._rankings[key] = rank(observed.observations, method)
         return self._rankings[key]
 
+    def calibrated(self, method: Method) -> Method:
+        """`method` with its calibration artifact for this model (qfilter, expected_attention_stats); ValueError naming
+        the `kvlens calibrate` command when there is none."""
+        if not calibration.needs_artifact(method):
+            return method
+        return calibration.bind(method, model_fingerprint(self.info.path), self.info.path)
+
     def check_config(self, config: CompressionConfig) -> None:
         """Refuse a config this model cannot run, before any work (the CLI calls it before the prefill)."""
         info = self.info
+        self.calibrated(
+            config.method_instance
+        )  # a calibrated method without its artifact: the command that makes it
         if info.latent_rope_dim and config.method_instance.needs_query_stats:
             raise ValueError(model_checks.latent_query_stats_refusal(info.model_type, config.method))
         if not config.quantized:

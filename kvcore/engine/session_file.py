@@ -12,7 +12,6 @@ been read and checked.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -26,25 +25,13 @@ from kvcore.capture.prefill import CaptureResult, LayerObservation, _observe_key
 from kvcore.capture.query_stats import QueryStats
 from kvcore.defaults import CAPTURE_WINDOW, QUERY_STATS_HEAD, SCHEDULES
 from kvcore.engine.session import Session
+from kvcore.model.fingerprint import model_fingerprint
 
 FORMAT = "kvlens-session"
 VERSION = 1
 SUFFIX = ".kvlens"
 _OBS = {"paper": "obs.full.", "mlx-lm": "obs.before."}
 _EXTRA = "extra."
-
-
-def model_fingerprint(path: str | os.PathLike) -> str:
-    """SHA-256 of the model folder's config.json and weight index (or weight names and sizes without one)."""
-    folder = Path(path)
-    h = hashlib.sha256()
-    for name in ("config.json", "model.safetensors.index.json"):
-        f = folder / name
-        h.update(name.encode() + b"|" + (f.read_bytes() if f.is_file() else b"-") + b"|")
-    if not (folder / "model.safetensors.index.json").is_file():
-        for f in sorted(folder.glob("*.safetensors")):
-            h.update(f"{f.name}:{f.stat().st_size}|".encode())
-    return h.hexdigest()
 
 
 def _observation_arrays(capture: CaptureResult, prefix: str) -> tuple[dict[str, mx.array], list]:

@@ -34,10 +34,18 @@ def expected_attention_scores(obs: LayerObservation, n_sink: int) -> mx.array:
             "did not pass through a `rope` module KV Lens could tap: prefill again with query_stats=True, "
             "or choose another method for this model"
         )
-    n_tokens, n_sink = obs.n_tokens, min(n_sink, obs.n_tokens)
-    if n_sink >= n_tokens:
-        return mx.ones((obs.n_kv_heads, n_tokens), mx.float32)
+    n_sink = min(n_sink, obs.n_tokens)
+    if n_sink >= obs.n_tokens:
+        return mx.ones((obs.n_kv_heads, obs.n_tokens), mx.float32)
     _, mean, cov = stats.moments(n_sink)
+    return scores_from_moments(obs, n_sink, mean, cov, rot)
+
+
+def scores_from_moments(
+    obs: LayerObservation, n_sink: int, mean: mx.array, cov: mx.array, rot: mx.array
+) -> mx.array:
+    """Scores [H_kv, T] from pre-RoPE query moments (mean [H_q, D], covariance [H_q, D, D]) and R̄ [D, D], wherever
+    the moments come from (the prompt, or a calibration set: expected_attention_stats); n_sink < T."""
     mean = mean @ rot.T  # [H_q, D]: R̄μ per head
     cov = rot @ cov @ rot.T  # [H_q, D, D]
     keys = obs.keys[:, n_sink:].astype(mx.float32)  # [H_kv, T', D]
