@@ -562,9 +562,8 @@ class Session:
     def check_config(self, config: CompressionConfig) -> None:
         """Refuse a config this model cannot run, before any work (the CLI calls it before the prefill)."""
         info = self.info
-        self.calibrated(
-            config.method_instance
-        )  # a calibrated method without its artifact: the command that makes it
+        # a calibrated method without its artifact: refused with the command that makes it
+        self.calibrated(config.method_instance)
         if info.latent_rope_dim and config.method_instance.needs_query_stats:
             raise ValueError(model_checks.latent_query_stats_refusal(info.model_type, config.method))
         if not config.quantized:
