@@ -156,3 +156,15 @@ def test_a_bad_settings_field_never_stops_the_window(qapp, tmp_path, field, valu
         assert getattr(window.settings, field) == getattr(Settings(), field)
     finally:
         _close(window)
+
+
+def test_a_calibrated_method_without_its_artifact_names_the_command(prefilled, tmp_path, monkeypatch):
+    from kvcore.defaults import DATA_DIR_ENV
+
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
+    name = prefilled.model_info.name
+    combo = prefilled.controls.methodCombo
+    _expect_error(prefilled, lambda: combo.setCurrentText("qfilter"), "kvlens calibrate qfilter --model")
+    assert "\n" not in prefilled.last_error
+    combo.setCurrentText("snapkv")
+    _session_still_works(prefilled, name)
