@@ -54,7 +54,64 @@ def _presses(kvpress):
         "compactor": (kvpress.CompactorPress, "sdpa"),
         "cap": (kvpress.CapPress, "sdpa"),
         "duo_attention": (lambda: _duo_on_prompt(kvpress), "sdpa"),
+        "expected_attention_stats": (lambda: _stats_from_artifact(kvpress), "sdpa"),
+        "qfilter": (lambda: _qfilter_from_artifact(kvpress), "sdpa"),
     }
+
+
+def _artifact(method: str):
+    """KV Lens's calibration artifact of `method` (`kvlens calibrate`) in $KVLENS_DATA_DIR: (arrays, header)."""
+    import glob
+
+    from safetensors import safe_open
+
+    folder = os.environ.get("KVLENS_DATA_DIR")
+    found = sorted(glob.glob(os.path.join(folder or ".", f"{method}-*.safetensors")))
+    if not folder or len(found) != 1:
+        raise SystemExit(
+            f"{method}: set KVLENS_DATA_DIR to the folder holding one `kvlens calibrate {method}` file"
+        )
+    with safe_open(found[0], "pt") as f:
+        header = json.loads(f.metadata()["kvlens"])
+        return {k: f.get_tensor(k).double() for k in f.keys()}, header  # noqa: SIM118 (safe_open)
+
+
+def _stats_from_artifact(kvpress):
+    """ExpectedAttentionStatsPress given KV Lens's calibrated query mean and unbiased covariance (kvpress reads
+    them from the Hub for a few models)."""
+    import torch
+
+    arrays, header = _artifact("expected_attention_stats")
+    counts = header["counts"]
+    press = kvpress.ExpectedAttentionStatsPress()
+    press.mu = torch.stack([arrays[f"layer{i}.mean"] for i in range(len(counts))]).float()
+    press.cov = torch.stack([arrays[f"layer{i}.m2"] / (n - 1) for i, n in enumerate(counts)]).float()
+    return press
+
+
+def _qfilter_from_artifact(kvpress):
+    """QFilterPress given filters from KV Lens's calibration statistics (the principal direction of each kv-head's
+    pre-RoPE queries, signed by the mean query): kvpress's own scoring, −⟨filter, cached key⟩, then runs on them."""
+    import torch
+
+    arrays, header = _artifact("qfilter")
+
+    def filters(n_kv_heads: int):
+        out = []
+        for i, n in enumerate(header["counts"]):
+            mean, m2 = arrays[f"layer{i}.mean"], arrays[f"layer{i}.m2"]  # [H_q, D], [H_q, D, D]
+            second = m2 + n * mean[:, :, None] * mean[:, None, :]
+            second = second.reshape(n_kv_heads, -1, *second.shape[1:]).sum(1)
+            vectors = torch.linalg.eigh(second).eigenvectors[..., -1]  # [H_kv, D]
+            sign = torch.sign((vectors * mean.reshape(n_kv_heads, -1, mean.shape[-1]).mean(1)).sum(-1))
+            out.append(vectors * sign[:, None])
+        return torch.stack(out)
+
+    class GivenFilters(kvpress.QFilterPress):
+        def post_init_from_model(self, model):
+            self.q_filters = filters(model.config.num_key_value_heads).to(model.dtype)
+
+    return GivenFilters()
 
 
 #: The ids of the prompt being pressed (main sets them): duo_attention's on-the-fly scoring reads its sample here.

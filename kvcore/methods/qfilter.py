@@ -5,8 +5,9 @@ Per layer and kv-head, the filter is the first right singular vector of the stac
 heads over the calibration prompts — the top eigenvector of Σ q qᵀ, which the artifact's running statistics give
 exactly — signed so the mean query projects positively on it. A key's score is −⟨k, filter⟩ (kvpress's
 definition): queries mostly point along the filter, so a key far against it draws little attention and goes first.
-The keys are taken before RoPE, in the space the filter was found in. kvpress downloads filters for a few models;
-here `kvlens calibrate qfilter --model M --prompts DIR` computes them for any model.
+kvpress scores the cached keys (after RoPE) with its downloaded filters, and so does `post_rope_keys=1` (the
+default, parity); `post_rope_keys=0` scores the keys before RoPE, the space the filter was calibrated in.
+kvpress downloads filters for a few models; `kvlens calibrate qfilter --model M --prompts DIR` computes them for any.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
-from kvcore.methods.base import Method
+from kvcore.methods.base import Method, param
 from kvcore.methods.calibration import Artifact
 from kvcore.methods.pre_rope import pre_rope_keys
 
@@ -43,6 +44,9 @@ class QFilter(Method):
     calibration: ClassVar[str] = "qfilter"
     calibration_skip: ClassVar[int] = 0  # every prompt position's query counts
 
+    post_rope_keys: int = param(
+        1, "1: score the cached keys (after RoPE), as kvpress; 0: the keys before RoPE", minimum=0, maximum=1
+    )
     artifact: Any = dataclasses.field(default=None, compare=False, repr=False)
     artifact_digest: str = dataclasses.field(default="", repr=False)
 
@@ -54,6 +58,12 @@ class QFilter(Method):
             raise ValueError(
                 "qfilter needs its calibration: run `kvlens calibrate qfilter --model M --prompts DIR`"
             )
-        keys = pre_rope_keys(obs, self.name)  # [H_kv, T, D]
+        if obs.latent:
+            raise ValueError(
+                "qfilter does not score multi-head latent attention (MLA) layers: choose another method"
+            )
+        keys = (
+            obs.keys.astype(mx.float32) if self.post_rope_keys else pre_rope_keys(obs, self.name)
+        )  # [H_kv, T, D]
         filters = mx.array(query_filters(self.artifact, layer, obs.n_kv_heads).astype(np.float32))
         return -(keys * filters[:, None, :]).sum(axis=-1)

@@ -63,16 +63,23 @@ def test_qfilter_and_expected_attention_stats_match_numpy(session, data_dir):
     layers = real_layers.layers(session.model, config, ids)
 
     artifact = calibrate(session, "qfilter", PROMPTS).artifact
-    ranking = selection.rank(result.observations, get("qfilter").with_artifact(artifact))
+    method = get("qfilter").with_artifact(artifact)
+    cached = selection.rank(result.observations, method)  # kvpress's: the cached keys, after RoPE
+    pre = selection.rank(result.observations, method.with_values(post_rope_keys=0))
     for i, layer in enumerate(layers):
         queries = np.concatenate([c[i].queries_pre for c in calibration_layers], axis=1)  # [H_q, N, D]
-        want = []
-        for h, keys in enumerate(layer.keys_pre):
+        filters = []
+        for h in range(layer.keys.shape[0]):
             stacked = queries[2 * h : 2 * h + 2].reshape(-1, queries.shape[-1])  # the group's queries
             direction = np.linalg.svd(stacked, full_matrices=False)[2][0]
-            direction *= np.sign(stacked.mean(axis=0) @ direction)
-            want.append(-(keys @ direction))
-        np.testing.assert_allclose(ranking.layers[i].scores, np.array(want), rtol=1e-3, atol=1e-3)
+            filters.append(direction * np.sign(stacked.mean(axis=0) @ direction))
+        filters = np.array(filters)[:, None, :]
+        np.testing.assert_allclose(
+            cached.layers[i].scores, -(layer.keys * filters).sum(-1), rtol=1e-3, atol=1e-3
+        )
+        np.testing.assert_allclose(
+            pre.layers[i].scores, -(layer.keys_pre * filters).sum(-1), rtol=1e-3, atol=1e-3
+        )
 
     stats = calibrate(session, "expected_attention_stats", PROMPTS).artifact
     for i in range(len(layers)):
