@@ -64,7 +64,9 @@ def calibrate(
                 f"{method}: no layer's queries passed through a `rope` module KV Lens could tap, so there is "
                 "nothing to calibrate on this model: choose another method"
             )
-        artifact = artifact.folded(prompt_id, stats)
+        sample = getattr(cls, "calibration_sample", None)
+        samples = None if sample is None else [None if o is None else sample(o) for o in capture.observations]
+        artifact = artifact.folded(prompt_id, stats, samples)
         calibration.write(path, artifact)
     if on_progress is not None:
         on_progress(len(todo), len(todo), "done")

@@ -7,6 +7,7 @@ by method and model fingerprint. Its arrays are, per observed layer, the running
 of every query head at positions ≥ `skip` of each prompt — count, mean and centred sum of outer products, merged
 prompt by prompt (Chan's pairwise update) — and its safetensors metadata holds one JSON header: format, version,
 method, model fingerprint, n_prompts, the ids of the prompts folded in (so a resumed run skips them) and the counts.
+A method may add a per-prompt array of its own per layer, summed over the prompts (duo_attention_calibrated).
 Files are written atomically; a file that cannot be read as such is refused in one line and never overwritten.
 """
 
@@ -63,6 +64,8 @@ class Artifact:
     counts: tuple[int | None, ...]
     means: tuple[np.ndarray | None, ...]
     m2s: tuple[np.ndarray | None, ...]
+    #: per layer, the sum over prompts of a method's own per-prompt array (duo_attention_calibrated's head scores)
+    sums: tuple[np.ndarray | None, ...] = ()
 
     @property
     def n_prompts(self) -> int:
@@ -72,7 +75,7 @@ class Artifact:
     def digest(self) -> str:
         """What a ranking is keyed by: the statistics' bytes (a recalibrated model scores anew)."""
         h = hashlib.sha256(json.dumps([self.method, self.fingerprint, self.skip, self.counts]).encode())
-        for a in (*self.means, *self.m2s):
+        for a in (*self.means, *self.m2s, *self.sums):
             h.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
         return h.hexdigest()
 
@@ -99,8 +102,11 @@ class Artifact:
             )
         return n
 
-    def folded(self, prompt_id: str, stats: list[QueryStats | None]) -> Artifact:
-        """This artifact with one more prompt's pre-RoPE query statistics (a capture's, per layer) merged in."""
+    def folded(
+        self, prompt_id: str, stats: list[QueryStats | None], samples: list[np.ndarray | None] | None = None
+    ) -> Artifact:
+        """This artifact with one more prompt's pre-RoPE query statistics (a capture's, per layer) merged in, and
+        its per-layer `samples` (float32) added to the sums."""
         if len(self.counts) not in (0, len(stats)):
             raise ValueError(
                 f"{self.method} calibration: {len(self.counts)} layers, the model has {len(stats)}"
@@ -117,8 +123,20 @@ class Artifact:
             else:
                 n, mean, m2 = new
             counts.append(n), means.append(mean), m2s.append(m2)
+        sums = self.sums
+        if samples is not None:
+            old_sums = self.sums or (None,) * len(samples)
+            sums = tuple(
+                a if b is None else (b.astype(np.float32) if a is None else (a + b.astype(np.float32)))
+                for a, b in zip(old_sums, samples, strict=True)
+            )
         return dataclasses.replace(
-            self, done=(*self.done, prompt_id), counts=tuple(counts), means=tuple(means), m2s=tuple(m2s)
+            self,
+            done=(*self.done, prompt_id),
+            counts=tuple(counts),
+            means=tuple(means),
+            m2s=tuple(m2s),
+            sums=sums,
         )
 
 
@@ -161,11 +179,15 @@ def write(path: Path, artifact: Artifact) -> None:
         "done": list(artifact.done),
         "skip": artifact.skip,
         "counts": list(artifact.counts),
+        "sums": [s is not None for s in artifact.sums],
     }
     arrays = {}
     for i, (mean, m2) in enumerate(zip(artifact.means, artifact.m2s, strict=True)):
         if mean is not None and m2 is not None:
             arrays[f"layer{i}.mean"], arrays[f"layer{i}.m2"] = mx.array(mean), mx.array(m2)
+    for i, total in enumerate(artifact.sums):
+        if total is not None:
+            arrays[f"layer{i}.sum"] = mx.array(total)
     if not arrays:
         arrays["empty"] = mx.zeros((0,), mx.float32)
     with atomic_path(path) as temp:
@@ -183,6 +205,7 @@ def read(path: Path, method: str | None = None, fingerprint: str | None = None) 
         skip = int(header["skip"])
         means = tuple(None if not n else np.array(arrays[f"layer{i}.mean"]) for i, n in enumerate(counts))
         m2s = tuple(None if not n else np.array(arrays[f"layer{i}.m2"]) for i, n in enumerate(counts))
+        sums = tuple(np.array(arrays[f"layer{i}.sum"]) if s else None for i, s in enumerate(header["sums"]))
     except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a readable KV Lens calibration file ({_short(exc)}): {fix}") from None
     if header.get("format") != FORMAT or header.get("version") != CALIBRATION_VERSION:
@@ -194,7 +217,9 @@ def read(path: Path, method: str | None = None, fingerprint: str | None = None) 
         raise ValueError(f"{path}: a calibration of {header.get('method')!r}, not {method!r}: {fix}")
     if fingerprint is not None and header.get("model_fingerprint") != fingerprint:
         raise ValueError(f"{path}: calibrated on another model (fingerprint differs): {fix}")
-    return Artifact(str(header["method"]), str(header["model_fingerprint"]), skip, done, counts, means, m2s)
+    return Artifact(
+        str(header["method"]), str(header["model_fingerprint"]), skip, done, counts, means, m2s, sums
+    )
 
 
 def _short(exc: BaseException) -> str:

@@ -15,8 +15,10 @@ Scores: the head's score at every position a streaming head would drop, 2 (above
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import mlx.core as mx
 import numpy as np
@@ -25,8 +27,11 @@ from kvcore.capture.prefill import LayerObservation
 from kvcore.declared import param
 from kvcore.methods.base import Method
 from kvcore.methods.budgets import check_ratio
+from kvcore.methods.calibration import Artifact
 from kvcore.methods.pre_rope import pre_rope_keys
 
+#: kvpress's q_len: positions the mean query and key are repeated at.
+DEFAULT_QUERY_POSITIONS = 500
 #: The score of positions every head keeps: above any head score (a share of attention, at most 1).
 PROTECTED = 2.0
 
@@ -54,25 +59,17 @@ def head_scores(obs: LayerObservation, n_positions: int) -> mx.array:
 
 
 @dataclass(frozen=True)
-class DuoAttention(Method):
-    name = "duo_attention"
-    description = (
-        "Retrieval heads keep everything, streaming heads (share 1 − r, by their attention on the recent past) "
-        "keep sinks + recent"
-    )
-    needs_query_stats = True
+class StreamingHeads(Method):
+    """What duo_attention and duo_attention_calibrated share: the kept positions of a streaming head and the
+    model-wide choice of streaming heads; they differ in where a head's score comes from."""
 
     sink_size: int = param(128, "first positions a streaming head keeps", minimum=0)
     recent_size: int = param(256, "last positions a streaming head keeps", minimum=1)
-    n_query_positions: int = param(
-        500, "positions the mean query and key are repeated at to score a head", minimum=1
-    )
 
-    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
-        n_tokens = obs.n_tokens
+    def protected(self, n_tokens: int, per_head: mx.array) -> mx.array:
+        """[H_kv, T]: PROTECTED where a streaming head keeps (sinks, recent), the head's score [H_kv, 1] elsewhere."""
         position = mx.arange(n_tokens)
         kept = (position < self.sink_size) | (position >= n_tokens - self.recent_size)
-        per_head = head_scores(obs, self.n_query_positions)[:, None]
         return mx.where(kept[None], PROTECTED, per_head).astype(mx.float32)
 
     def across_layers(self, scores: list[np.ndarray | None], ratio: float) -> list[list[np.ndarray] | None]:
@@ -101,3 +98,54 @@ class DuoAttention(Method):
             )
             row += 1
         return out
+
+
+@dataclass(frozen=True)
+class DuoAttention(StreamingHeads):
+    name = "duo_attention"
+    description = (
+        "Retrieval heads keep everything, streaming heads (share 1 − r, by their attention on the recent past) "
+        "keep sinks + recent"
+    )
+    needs_query_stats = True
+
+    n_query_positions: int = param(
+        DEFAULT_QUERY_POSITIONS, "positions the mean query and key are repeated at to score a head", minimum=1
+    )
+
+    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
+        return self.protected(obs.n_tokens, head_scores(obs, self.n_query_positions)[:, None])
+
+
+@dataclass(frozen=True)
+class DuoAttentionCalibrated(StreamingHeads):
+    """duo_attention with each head's score averaged over calibration prompts (kvpress's on-the-fly scoring on its
+    own sample set) instead of read from the prompt: `kvlens calibrate duo_attention_calibrated --prompts DIR`."""
+
+    name = "duo_attention_calibrated"
+    description = (
+        "duo_attention with head scores averaged over a calibration set (calibrated per model): streaming heads "
+        "keep sinks + recent"
+    )
+    calibration: ClassVar[str] = "duo_attention_calibrated"
+    calibration_skip: ClassVar[int] = 0
+
+    artifact: Any = dataclasses.field(default=None, compare=False, repr=False)
+    artifact_digest: str = dataclasses.field(default="", repr=False)
+
+    @staticmethod
+    def calibration_sample(obs: LayerObservation) -> np.ndarray:
+        """One calibration prompt's head scores [H_kv] (kvpress's 500 positions), float32."""
+        return np.array(head_scores(obs, DEFAULT_QUERY_POSITIONS), np.float32)
+
+    def with_artifact(self, artifact: Artifact) -> DuoAttentionCalibrated:
+        return dataclasses.replace(self, artifact=artifact, artifact_digest=artifact.digest)
+
+    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
+        if self.artifact is None or layer >= len(self.artifact.sums) or self.artifact.sums[layer] is None:
+            raise ValueError(
+                "duo_attention_calibrated needs its calibration of this model: run "
+                "`kvlens calibrate duo_attention_calibrated --model M --prompts DIR`"
+            )
+        per_head = mx.array(self.artifact.sums[layer] / np.float32(self.artifact.n_prompts))[:, None]
+        return self.protected(obs.n_tokens, per_head)

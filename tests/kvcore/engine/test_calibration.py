@@ -133,3 +133,31 @@ def test_cli_calibrate_draws_progress(session, data_dir, tmp_path, capsys):
     assert "2/2" in out.err and "2 prompts" in out.out
     assert cli_main(["calibrate", "snapkv", "--model", session.info.path, "--prompts", str(folder)]) == 2
     assert "needs no calibration" in capsys.readouterr().err
+
+
+def test_duo_attention_calibrated_averages_the_head_scores_of_the_set(session, data_dir):
+    from tests.kvcore.methods.test_duo_attention import inv_freqs, oracle_head_scores
+
+    config = dict(ARCHS["llama"])
+    first = calibrate(session, "duo_attention_calibrated", PROMPTS[:2])
+    artifact = calibrate(session, "duo_attention_calibrated", PROMPTS).artifact
+    assert first.artifact.sums[0] is not None and artifact.n_prompts == 3
+    per_prompt = [
+        np.stack(
+            [
+                oracle_head_scores(layer, inv_freqs(config), 500)
+                for layer in real_layers.layers(session.model, config, _ids(session, t))
+            ]
+        )
+        for _, t in PROMPTS
+    ]
+    want = np.mean(per_prompt, axis=0)  # [L, H_kv]
+    got = np.stack(artifact.sums) / artifact.n_prompts
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    ids = real_layers.prompt_ids(session.model, n=40)
+    result = capture.prefill_with_capture(session.model, ids)
+    method = get("duo_attention_calibrated", sink_size=4, recent_size=8).with_artifact(artifact)
+    kept = selection.select(selection.rank(result.observations, method), 0.5)
+    streaming = np.argsort(want, axis=None)[: want.size // 2]
+    counts = np.array([[len(h) for h in layer] for layer in kept]).ravel()
+    assert set(np.flatnonzero(counts == 12)) == set(streaming) and (np.delete(counts, streaming) == 40).all()
