@@ -56,6 +56,7 @@ def _presses(kvpress):
         "duo_attention": (lambda: _duo_on_prompt(kvpress), "sdpa"),
         "expected_attention_stats": (lambda: _stats_from_artifact(kvpress), "sdpa"),
         "qfilter": (lambda: _qfilter_from_artifact(kvpress), "sdpa"),
+        "duo_attention_calibrated": (lambda: _duo_on_prompt(kvpress, calibration=True), "sdpa"),
     }
 
 
@@ -114,19 +115,18 @@ def _qfilter_from_artifact(kvpress):
     return GivenFilters()
 
 
-#: The ids of the prompt being pressed (main sets them): duo_attention's on-the-fly scoring reads its sample here.
-_prompt = types.SimpleNamespace(ids=None)
+#: The ids of the prompt being pressed (main sets them), and the samples duo_attention's on-the-fly scoring reads.
+_prompt = types.SimpleNamespace(ids=None, samples=None)
 
 
 class _PromptSample:
-    """Stands for BookSum in kvpress's duo_attention_press: one "chapter", the pressed prompt's ids."""
+    """Stands for BookSum in kvpress's duo_attention_press: the "chapters" are `_prompt.samples` (token ids)."""
 
     def to_pandas(self):
         return self
 
     def sample(self, n, random_state=None):
-        ids = _prompt.ids[0].tolist()
-        return {"chapter": types.SimpleNamespace(tolist=lambda: [ids] * n)}
+        return {"chapter": types.SimpleNamespace(tolist=lambda: list(_prompt.samples))}
 
 
 class _IdsTokenizer:
@@ -143,17 +143,28 @@ class _IdsTokenizer:
         return BatchEncoding({"input_ids": torch.tensor([ids], device=_prompt.ids.device)})
 
 
-def _duo_on_prompt(kvpress):
-    """kvpress's DuoAttentionPress with on_the_fly_scoring, its head scores computed on the pressed prompt (one
-    sample, uncached) instead of 50 BookSum chapters, as KV Lens scores them; the run's compression ratio is its
-    head_compression_ratio (the share of streaming heads), which the press takes instead of a compression ratio."""
-    import functools
+def _calibration_samples(model) -> list[list[int]]:
+    """The calibration prompts' ids (the .txt files of $KVLENS_CALIBRATION_PROMPTS, default resources/prompts, as
+    `kvlens calibrate duo_attention_calibrated --prompts` read them), by the model's own tokenizer."""
+    from transformers import AutoTokenizer
 
+    tokenizer = AutoTokenizer.from_pretrained(model.config.name_or_path)
+    folder = Path(os.environ.get("KVLENS_CALIBRATION_PROMPTS", "resources/prompts"))
+    return [tokenizer(f.read_text())["input_ids"] for f in sorted(folder.glob("*.txt"))]
+
+
+def _duo_on_prompt(kvpress, calibration: bool = False):
+    """kvpress's DuoAttentionPress with on_the_fly_scoring, its head scores computed on the pressed prompt (one
+    sample, uncached) instead of 50 BookSum chapters, as KV Lens scores them — or, `calibration`, on the
+    calibration prompts (duo_attention_calibrated); the run's compression ratio is its head_compression_ratio (the
+    share of streaming heads), which the press takes instead of a compression ratio."""
     module = sys.modules[kvpress.DuoAttentionPress.__module__]
     if not hasattr(module, "_kvlens_original"):
         original = module.duo_attention_on_the_fly
         module._kvlens_original = getattr(original, "__wrapped__", original)
-        module.duo_attention_on_the_fly = functools.partial(module._kvlens_original, num_samples=1)
+        module.duo_attention_on_the_fly = lambda model: module._kvlens_original(
+            model, num_samples=len(_prompt.samples)
+        )
         module.load_dataset = lambda *args, **kwargs: _PromptSample()
         module.AutoTokenizer = _IdsTokenizer
 
@@ -165,6 +176,10 @@ def _duo_on_prompt(kvpress):
         @compression_ratio.setter
         def compression_ratio(self, value):
             self.head_compression_ratio = value
+
+        def post_init_from_model(self, model):
+            _prompt.samples = _calibration_samples(model) if calibration else [_prompt.ids[0].tolist()]
+            super().post_init_from_model(model)
 
     return DuoOnPrompt(on_the_fly_scoring=True)
 
