@@ -194,8 +194,8 @@ def write(path: Path, artifact: Artifact) -> None:
         mx.save_safetensors(str(temp), arrays, metadata={_HEADER: json.dumps(header)})
 
 
-def read(path: Path, method: str | None = None, fingerprint: str | None = None) -> Artifact:
-    """The artifact in `path`; ValueError in one line when it is not one (of `method`, for `fingerprint`)."""
+def read(path: Path, of: str | None = None, fingerprint: str | None = None) -> Artifact:
+    """The artifact in `path`; ValueError in one line when it is not one (of method `of`, for `fingerprint`)."""
     fix = f"delete {path} and run `kvlens calibrate` again"
     try:
         arrays, metadata = mx.load(str(path), format="safetensors", return_metadata=True)
@@ -213,8 +213,8 @@ def read(path: Path, method: str | None = None, fingerprint: str | None = None) 
             f"{path}: calibration format {header.get('format')!r} version {header.get('version')!r}, "
             f"this KV Lens reads {FORMAT!r} version {CALIBRATION_VERSION}: {fix}"
         )
-    if method is not None and header.get("method") != method:
-        raise ValueError(f"{path}: a calibration of {header.get('method')!r}, not {method!r}: {fix}")
+    if of is not None and header.get("method") != of:
+        raise ValueError(f"{path}: a calibration of {header.get('method')!r}, not {of!r}: {fix}")
     if fingerprint is not None and header.get("model_fingerprint") != fingerprint:
         raise ValueError(f"{path}: calibrated on another model (fingerprint differs): {fix}")
     return Artifact(
