@@ -13,7 +13,6 @@ from kvcore.capture.prefill import prefill_with_capture
 from kvcore.engine.session import Session
 from kvcore.methods import available, calibration, get
 from kvcore.model import prompting
-from kvcore.model.fingerprint import model_fingerprint
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ def calibrate(
     if method not in names:
         raise ValueError(f"{method!r} needs no calibration: calibrate one of {', '.join(names)}")
     cls = type(get(method))
-    fingerprint = model_fingerprint(session.info.path)
+    fingerprint = calibration.model_key(session.info.path)
     path = out or calibration.artifact_path(method, fingerprint)
     if path.exists():
         artifact = calibration.read(path, method, fingerprint)

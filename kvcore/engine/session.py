@@ -60,7 +60,6 @@ from kvcore.methods.base import window_attention
 from kvcore.methods.selection import Ranking, budget_note, device_select, rank, select, selects_on_device
 from kvcore.model import checks as model_checks
 from kvcore.model import loading, prompting
-from kvcore.model.fingerprint import model_fingerprint
 from kvcore.quant import QuantScheme
 from kvcore.quant import available as available_schemes
 from kvcore.quant import get as get_scheme
@@ -557,7 +556,7 @@ class Session:
         the `kvlens calibrate` command when there is none."""
         if not calibration.needs_artifact(method):
             return method
-        return calibration.bind(method, model_fingerprint(self.info.path), self.info.path)
+        return calibration.bind(method, calibration.model_key(self.info.path), self.info.path)
 
     def check_config(self, config: CompressionConfig) -> None:
         """Refuse a config this model cannot run, before any work (the CLI calls it before the prefill)."""

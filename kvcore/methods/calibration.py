@@ -28,6 +28,7 @@ import numpy as np
 from kvcore.atomic import atomic_path
 from kvcore.capture.query_stats import QueryStats, merge
 from kvcore.defaults import APP_DATA_NAME, CALIBRATION_VERSION, DATA_DIR_ENV
+from kvcore.model.fingerprint import model_fingerprint
 
 FORMAT = "kvlens-calibration"
 _HEADER = "kvlens"  # the metadata key holding the JSON header
@@ -46,6 +47,14 @@ def data_folder() -> Path:
 def artifact_path(method: str, fingerprint: str) -> Path:
     """Where `kvlens calibrate METHOD` writes the artifact of the model with this fingerprint."""
     return data_folder() / f"{method}-{fingerprint[:16]}.safetensors"
+
+
+def model_key(model_path: str) -> str:
+    """What artifacts are keyed by: the folder's fingerprint (config and weight files), or, for a model mlx-lm
+    downloaded by repo id (no local folder to read), a hash of that id — never one key shared by all of them."""
+    if Path(model_path).is_dir():
+        return model_fingerprint(model_path)
+    return hashlib.sha256(f"repo:{model_path}".encode()).hexdigest()
 
 
 def calibrate_command(method: str, model: str) -> str:
