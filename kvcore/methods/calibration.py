@@ -214,7 +214,9 @@ def read(path: Path, of: str | None = None, fingerprint: str | None = None) -> A
         skip = int(header["skip"])
         means = tuple(None if not n else np.array(arrays[f"layer{i}.mean"]) for i, n in enumerate(counts))
         m2s = tuple(None if not n else np.array(arrays[f"layer{i}.m2"]) for i, n in enumerate(counts))
-        sums = tuple(np.array(arrays[f"layer{i}.sum"]) if s else None for i, s in enumerate(header["sums"]))
+        sums = tuple(
+            np.array(arrays[f"layer{i}.sum"]) if s else None for i, s in enumerate(header.get("sums", []))
+        )
     except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a readable KV Lens calibration file ({_short(exc)}): {fix}") from None
     if header.get("format") != FORMAT or header.get("version") != CALIBRATION_VERSION:
