@@ -255,7 +255,8 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
         default=DEFAULT_QUANT,
         metavar="SCHEME",
         help=f"the quantization scheme that packs K and V (a module of kvcore.quant): affine, mxfp4 (--bits 4), "
-        f"nvfp4 (--bits 4), mxfp8 (--bits 8), … (default {DEFAULT_QUANT})",
+        f"nvfp4 (--bits 4), mxfp8 (--bits 8), rotated, … (default {DEFAULT_QUANT}); a scheme's parameters after a "
+        f"colon, e.g. rotated:packing=mxfp4,seed=3",
     )
     s.add_argument("--shared", action="store_true", help="all kv-heads of a layer keep the same positions")
     s.add_argument("--window", type=int, default=DEFAULT_WINDOW)
@@ -465,9 +466,12 @@ def _config(
     from kvcore.quant import get as get_scheme
 
     declared = {p.name for p in get(method).parameters()}
-    if args.quant not in available_schemes():
+    if args.quant.partition(":")[0] not in available_schemes():
         raise UsageError(f"--quant {args.quant}: available are {', '.join(available_schemes())}")
-    allowed = type(get_scheme(args.quant)).allowed_bits
+    try:
+        allowed = get_scheme(args.quant).allowed_bits
+    except ValueError as e:
+        raise UsageError(f"--quant {args.quant}: {e}") from None
     help_ = (
         _BITS_HELP
         if args.quant == DEFAULT_QUANT

@@ -61,7 +61,6 @@ from kvcore.methods.selection import Ranking, budget_note, device_select, rank, 
 from kvcore.model import checks as model_checks
 from kvcore.model import loading, prompting
 from kvcore.quant import QuantScheme
-from kvcore.quant import available as available_schemes
 from kvcore.quant import get as get_scheme
 
 Progress = Callable[[int, int], None] | None
@@ -191,11 +190,7 @@ class CompressionConfig:
             raise ValueError(f"unknown method {self.method!r}; available: {', '.join(available())}")
         if not isinstance(self.ratio, int | float) or not 0.0 < self.ratio <= 1.0:
             raise ValueError(f"ratio must be in (0, 1], got {self.ratio!r}")
-        if self.quant not in available_schemes():
-            raise ValueError(
-                f"unknown quantization scheme {self.quant!r}; available: {', '.join(available_schemes())}"
-            )
-        scheme_class = type(get_scheme(self.quant))
+        scheme_class = get_scheme(self.quant)  # one-line ValueError for an unknown name or parameter
         allowed_bits = scheme_class.allowed_bits
         who = "" if self.quant == DEFAULT_QUANT else f"{self.quant}: "
         if self.bits is not None and self.bits not in allowed_bits:

@@ -56,6 +56,17 @@ class QuantScheme:
         return {p.name: getattr(self, p.name) for p in self.parameters()}
 
     @property
+    def spec(self) -> str:
+        """The name with every parameter not at its default but group_size (which the caches carry on their own):
+        "affine", "rotated:packing=mxfp4" — what `kvcore.quant.get` rebuilds this scheme from."""
+        changed = [
+            f"{p.name}={p.choices[v] if p.choices else v}"
+            for p in self.parameters()
+            if p.name != "group_size" and (v := getattr(self, p.name)) != p.default
+        ]
+        return f"{self.name}:{','.join(changed)}" if changed else self.name
+
+    @property
     def n_parts(self) -> int:
         """How many arrays a packed side stores: codes, scales (, biases)."""
         return 3 if self.has_biases else 2
