@@ -33,6 +33,8 @@ class QuantScheme:
     mode: ClassVar[str] = "affine"
     #: Stored parts of a packed side: codes and scales, and a bias per group where the scheme has one (affine).
     has_biases: ClassVar[bool] = False
+    #: Keys packed per channel, in groups along tokens (KIVI): the cache is `kvcore.cache.kivi.KiviKVCache`.
+    per_channel_keys: ClassVar[bool] = False
 
     group_size: int = param(DEFAULT_GROUP_SIZE, "elements of head_dim sharing one scale")
 
