@@ -230,18 +230,13 @@ def _positions(layer: Any) -> list[np.ndarray]:
 
 
 def kivi_cache(
-    cache: Sequence[Any],
-    bits: int,
-    value_bits: int | None = None,
-    quant: str = "kivi",
-    group_size: int | None = None,
+    cache: Sequence[Any], scheme: QuantScheme | str, bits: int, value_bits: int | None = None
 ) -> list:
-    """Every float full-attention layer (KVCache, SparseKVCache) packed as a KiviKVCache by the scheme `quant` (a
-    kivi spec: "kivi:residual=64"; `group_size` default the scheme's 32); other layers pass through.
-    Evaluated in one `mx.eval`."""
+    """Every float full-attention layer (KVCache, SparseKVCache) packed as a KiviKVCache by `scheme` (a kivi
+    scheme, or its spec: "kivi:residual=64"); other layers pass through. Evaluated in one `mx.eval`."""
     from mlx_lm.models.cache import KVCache
 
-    scheme = get_scheme(quant) if group_size is None else get_scheme(quant, group_size=group_size)
+    scheme = get_scheme(scheme) if isinstance(scheme, str) else scheme
     value_bits = bits if value_bits is None else value_bits
     out: list[Any] = []
     for c in cache:

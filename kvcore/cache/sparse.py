@@ -404,6 +404,11 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
         self._set_scheme(scheme_for(quant, group_size), bits, value_bits)
 
     def _set_scheme(self, scheme: QuantScheme, bits: int, value_bits: int) -> None:
+        if scheme.per_channel_keys:
+            raise ValueError(
+                f"{scheme.name} packs keys per channel, along tokens: its layers are kvcore.cache.kivi.KiviKVCache "
+                "(kivi_cache), not a row-packed cache"
+            )
         validate_widths(bits, value_bits, scheme.group_size, quant=scheme.spec)
         self.scheme = scheme
         self.group_size = scheme.group_size  # mlx-lm reads it

@@ -29,6 +29,7 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.cache import sparse as caches
+from kvcore.cache.kivi import kivi_cache
 from kvcore.cache.residual import ResidualKVCache, split_select
 from kvcore.capture.prefill import Cancelled, CaptureResult, prefill_with_capture
 from kvcore.defaults import (
@@ -215,6 +216,10 @@ class CompressionConfig:
         if self.group_size not in groups:
             raise ValueError(f"{who}group size must be one of {groups}, got {self.group_size!r}")
         object.__setattr__(self, "_scheme", get_scheme(self.quant, group_size=self.group_size))
+        if self._scheme.per_channel_keys and self.fp_recent:
+            raise ValueError(
+                f"{self.quant} keeps its own float residual ({self._scheme.name}:residual=R): leave fp_recent at 0"
+            )
         if self.window > CAPTURE_WINDOW:
             raise ValueError(f"window must be at most {CAPTURE_WINDOW}, got {self.window!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int | np.integer) or self.window < 1:
@@ -569,17 +574,11 @@ class Session:
         start = time.perf_counter()
         ranking = self.ranking(config)
         selection = select(ranking, config.ratio, per_head=config.per_head)
-        source = (
-            self._quantized_dense(*config.widths, config.group_size, config.schedule, config.quant)
-            if config.quantized
-            else observed.cache
-        )
-        if config.quantized and config.fp_recent:
-            T = self.n_compressible(config.schedule)
-            cache = split_select(observed.cache, source, selection, T, config.n_sink, config.fp_recent)
+        if config.quantized and config.scheme.per_channel_keys:  # KIVI: key groups run along the kept rows
+            kept_rows = caches.select_positions(observed.cache, selection, validate=False)
+            cache = kivi_cache(kept_rows, config.scheme, *config.widths)
         else:
-            on_device = device_select(ranking, selection) if selects_on_device() else None
-            cache = caches.select_positions(source, selection, validate=False, device_indices=on_device)
+            cache = self._select_and_pack(config, ranking, selection)
         recompress_ms = (time.perf_counter() - start) * 1e3
         kept = self._kept_mask(selection, self.n_compressible(config.schedule), observed.cache)
         fixed = {
@@ -604,6 +603,23 @@ class Session:
             state.quant_error, state.quant_rmse = self._quant_error(state)
         state.stats_rows = self._stats_rows(state)
         return state
+
+    def _select_and_pack(
+        self, config: CompressionConfig, ranking: Ranking, selection: list[Any]
+    ) -> list[Any]:
+        """The kept rows of the prefilled cache, gathered from its packed copy when quantized (rows packed each on
+        their own), with the float residual when `fp_recent` asks for one."""
+        observed = self._observed(config.schedule)
+        source = (
+            self._quantized_dense(*config.widths, config.group_size, config.schedule, config.quant)
+            if config.quantized
+            else observed.cache
+        )
+        if config.quantized and config.fp_recent:
+            T = self.n_compressible(config.schedule)
+            return split_select(observed.cache, source, selection, T, config.n_sink, config.fp_recent)
+        on_device = device_select(ranking, selection) if selects_on_device() else None
+        return caches.select_positions(source, selection, validate=False, device_indices=on_device)
 
     def _latent_note(self, ranking: Ranking) -> str | None:
         """Why a per-head budget rule (adakv) keeps its scorer's top positions on a latent (MLA) model."""

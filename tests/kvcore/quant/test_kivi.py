@@ -92,7 +92,7 @@ def test_genuine_attention_equals_dequantize_then_attend_across_a_group_boundary
 
 @pytest.mark.parametrize("kb, vb", [(2, 2), (4, 3)])
 def test_stored_bytes_are_codes_scales_biases_and_residual_floats(kb, vb):
-    cache = kivi_cache([_layer(8 + 64 + 5)], kb, vb, quant="kivi:residual=8")[0]
+    cache = kivi_cache([_layer(8 + 64 + 5)], "kivi:residual=8", kb, vb)[0]
     n_body, n_res, g, s = 64, 13, 32, 4  # float32 scales, biases and residual rows
     keys = H * D * (n_body * kb // 8 + n_body // g * 2 * s)
     values = H * n_body * (D * vb // 8 + D // g * 2 * s)
@@ -105,7 +105,7 @@ def test_model_decode_on_the_kivi_cache_equals_attention_over_its_dequantized_bo
     T, residual = len(ids), 4
     n_body = (T - residual) // 32 * 32
     assert n_body > 0
-    cache = kivi_cache(prefill(model, ids), 2, 4, quant=f"kivi:residual={residual}")
+    cache = kivi_cache(prefill(model, ids), f"kivi:residual={residual}", 2, 4)
     assert all(isinstance(c, KiviKVCache) and c.n_body == n_body for c in cache)
     got = np.concatenate([run(model, cache, [5, 6, 7]), run(model, cache, [8])])
     scheme = get("kivi")
@@ -129,4 +129,33 @@ def test_a_residual_longer_than_the_prompt_is_refused_in_one_line():
     with pytest.raises(
         ValueError, match=r"^kivi: residual=128 is longer than the 40 positions to store: use residual <= 40"
     ):
-        kivi_cache([_layer(40)], 2)
+        kivi_cache([_layer(40)], "kivi", 2)
+
+
+def test_cli_compress_with_kivi_stores_the_formula_and_refuses_fp_recent(model_dirs, prompt_file, capsys):
+    import json
+
+    from kvcore.cli.main import main
+
+    base = [
+        "compress",
+        "--model",
+        str(model_dirs["llama"]),
+        "--prompt-file",
+        str(prompt_file),
+        "--tokens",
+        "3",
+    ]
+    flags = ["--quant", "kivi:residual=8", "--bits", "2", "--group-size", "32", "--ratio", "1", "--json"]
+    assert main([*base, *flags]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["quant_scheme"], summary["execution"], summary["key_bits"]) == (
+        "kivi:residual=8",
+        "genuine",
+        2,
+    )
+    assert main([*base, *flags, "--fp-recent", "4"]) == 2
+    assert (
+        "kivi:residual=8 keeps its own float residual (kivi:residual=R): leave fp_recent at 0"
+        in capsys.readouterr().err
+    )
