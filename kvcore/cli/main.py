@@ -33,9 +33,12 @@ from kvcore.defaults import (
     ALLOWED_BITS,
     DEFAULT_CONTINUATION_TOKENS,
     DEFAULT_DECODE_INTERVAL,
+    DEFAULT_EDGE_BITS,
+    DEFAULT_EDGE_LAYERS,
     DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
     DEFAULT_KERNEL,
+    DEFAULT_LAYER_BITS,
     DEFAULT_METHOD,
     DEFAULT_N_SINK,
     DEFAULT_QUANT,
@@ -280,6 +283,29 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
         f"and generated tokens too (a KIVI-style float residual; no effect when nothing is packed; default {DEFAULT_FP_RECENT})",
     )
     s.add_argument(
+        "--layer-bits",
+        type=_width_list,
+        default=DEFAULT_LAYER_BITS,
+        metavar="B,B,…",
+        help="a width per layer (one per layer, e.g. 8,4,4,4,8), replacing each layer's key and value widths "
+        "(a float side stays float); layer-adaptive, for any --quant",
+    )
+    s.add_argument(
+        "--edge-layers",
+        type=_positions_count,
+        default=DEFAULT_EDGE_LAYERS,
+        metavar="K",
+        help=f"pack the first and last K layers at --edge-bits (the layers nearest the embeddings and the logits; "
+        f"default {DEFAULT_EDGE_LAYERS}: none)",
+    )
+    s.add_argument(
+        "--edge-bits",
+        type=int,
+        default=DEFAULT_EDGE_BITS,
+        metavar="B",
+        help=f"the width of the --edge-layers layers, keys and values (default {DEFAULT_EDGE_BITS})",
+    )
+    s.add_argument(
         "--schedule",
         choices=SCHEDULES,
         default=DEFAULT_SCHEDULE,
@@ -313,6 +339,14 @@ def _method_params(args: argparse.Namespace, methods: Sequence[str]) -> None:
         raise UsageError(
             f"--param {unknown[0]}: {', '.join(methods)} has no such parameter (declared: {have})"
         )
+
+
+def _width_list(text: str) -> tuple[int, ...]:
+    """argparse type of --layer-bits: comma-separated whole widths (the scheme checks each against its own)."""
+    try:
+        return tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of widths (e.g. 8,4,4,4,8)") from None
 
 
 def _positions_count(text: str) -> int:
@@ -495,6 +529,9 @@ def _config(
         fp_recent=args.fp_recent,
         params={name: value for name, value in args.param if name in declared},
         quant=args.quant,
+        layer_bits=args.layer_bits,
+        edge_layers=args.edge_layers,
+        edge_bits=args.edge_bits,
     )
 
 
