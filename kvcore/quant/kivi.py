@@ -42,6 +42,10 @@ class Kivi(QuantScheme):
     )
     residual: int = param(KIVI_RESIDUAL, "most recent tokens kept float (token groups stay whole)", minimum=0)
 
+    @property
+    def packer(self) -> str:
+        return "kivi (affine codes, keys per channel)"
+
     def n_packed(self, n_tokens: int) -> int:
         """How many of `n_tokens` (oldest first) are packed: whole groups, at least `residual` left float."""
         return max(0, (n_tokens - self.residual) // self.group_size) * self.group_size
@@ -51,7 +55,7 @@ class Kivi(QuantScheme):
         if self.residual > n_tokens:
             raise ValueError(
                 f"kivi: residual={self.residual} is longer than the {n_tokens} positions to store: use residual "
-                f"<= {n_tokens} (e.g. kivi:residual={min(n_tokens, KIVI_RESIDUAL) // self.group_size * self.group_size})"
+                f"<= {n_tokens} ({self.name}:residual=N)"
             )
 
     def pack_keys(self, keys: mx.array, bits: int) -> tuple[mx.array, ...]:
