@@ -12,6 +12,7 @@ QuantizedKVCache 4-bit (group 64, mlx-lm's attention), on a 4k-token cache of th
 side in one run: cases interleaved round by round, the best round kept (other processes share this CPU).
 
     .venv/bin/python -m benchmarks.quant_schemes [--tokens 16] [--samples 5] [--context 4096] [--decode 16]
+        [--also kivi:residual=32]
 """
 
 from __future__ import annotations
@@ -169,10 +170,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=4096, help="cache length of the decode benchmark")
     p.add_argument("--decode", type=int, default=16, help="timed decode tokens per round")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="another scheme spec, e.g. kivi:residual=32",
+    )
     p.add_argument("--skip-quality", action="store_true")
     p.add_argument("--skip-speed", action="store_true")
     args = p.parse_args(argv)
-    specs = scheme_specs()
+    specs = scheme_specs() + args.also
     start = time.perf_counter()
     if not args.skip_quality:
         session = Session.load(str(demo_model_dir()))

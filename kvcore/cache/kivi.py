@@ -190,6 +190,11 @@ class KiviKVCache:
         )
         return k, v
 
+    def body_view(self) -> _FloatRows:
+        """The body as float rows with their positions (what the quantization-error view compares to dense)."""
+        k, v = self.dequantized_body()
+        return _FloatRows(k, v, self.body_positions, self.n_heads, self.group_size)
+
     # -- attention ---------------------------------------------------------------------------------------------------
 
     def attend(self, queries: mx.array, keys: Any, values: Any, scale: float) -> mx.array:
@@ -219,6 +224,23 @@ class KiviKVCache:
                 weights[..., :n_body], expand(self.body_values), False, g, self.value_bits
             )
         return mx.reshape(out, (B, n_q_heads, L, D))
+
+
+class _FloatRows:
+    """Float rows in a sparse store's reading form: positions per head, `keys_and_values`, width 16."""
+
+    bits = value_bits = UNQUANTIZED_BITS
+
+    def __init__(
+        self, k: mx.array, v: mx.array, positions: np.ndarray, n_heads: int, group_size: int
+    ) -> None:
+        self._k, self._v, self.group_size = k, v, group_size
+        self.retained_positions = [positions] * n_heads
+        self.n_kept = int(positions.size)
+        self.quant = "affine"
+
+    def keys_and_values(self) -> tuple[tuple[mx.array], tuple[mx.array]]:
+        return (self._k,), (self._v,)
 
 
 def _positions(layer: Any) -> list[np.ndarray]:

@@ -30,7 +30,7 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.cache import sparse as caches
-from kvcore.cache.kivi import kivi_cache
+from kvcore.cache.kivi import KiviKVCache, kivi_cache
 from kvcore.cache.residual import ResidualKVCache, split_select
 from kvcore.capture.prefill import Cancelled, CaptureResult, prefill_with_capture
 from kvcore.defaults import (
@@ -744,6 +744,8 @@ class Session:
         for dense, comp in zip(observed.cache, state.cache, strict=True):
             if isinstance(comp, ResidualKVCache):  # the float residual's rows are exact: error 0
                 stores = [(comp.body, True), (comp.residual, False)]
+            elif isinstance(comp, KiviKVCache):  # the body read back as float rows, the residual exact
+                stores = [(comp.body_view(), True), (comp.residual, False)]
             elif isinstance(comp, caches.SparseQuantizedKVCache):
                 stores = [(comp, True)]
             else:

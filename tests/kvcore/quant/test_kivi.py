@@ -132,7 +132,10 @@ def test_a_residual_longer_than_the_prompt_is_refused_in_one_line():
         kivi_cache([_layer(40)], "kivi", 2)
 
 
-def test_cli_compress_with_kivi_stores_the_formula_and_refuses_fp_recent(model_dirs, prompt_file, capsys):
+def test_cli_compress_with_kivi_reports_its_error_and_refuses_fp_recent(
+    model_dirs, prompt_file, tmp_path, capsys
+):
+    import csv
     import json
 
     from kvcore.cli.main import main
@@ -147,8 +150,13 @@ def test_cli_compress_with_kivi_stores_the_formula_and_refuses_fp_recent(model_d
         "3",
     ]
     flags = ["--quant", "kivi:residual=8", "--bits", "2", "--group-size", "32", "--ratio", "1", "--json"]
-    assert main([*base, *flags]) == 0
+    assert main([*base, *flags, "--csv", str(tmp_path / "stats.csv")]) == 0
     summary = json.loads(capsys.readouterr().out)
+    with open(tmp_path / "stats.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert all(
+        float(r["key_rmse"]) > 0 and float(r["value_rmse"]) > 0 for r in rows
+    )  # the packed body's error
     assert (summary["quant_scheme"], summary["execution"], summary["key_bits"]) == (
         "kivi:residual=8",
         "genuine",
