@@ -271,8 +271,9 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="set a method parameter by the name the method declares (repeatable), e.g. --param beta=10 for "
-        "pyramidkv, --param alpha=0.3 for adakv; over several methods, each takes the ones it declares",
+        help="set a method or --quant scheme parameter by the name it declares (repeatable), e.g. --param beta=10 "
+        "for pyramidkv, --param alpha=0.3 for adakv, --param residual=64 for kivi, --param packing=1 for rotated "
+        "(mxfp4); each method and the scheme take the ones they declare",
     )
     s.add_argument(
         "--fp-recent",
@@ -329,16 +330,38 @@ def _param_pair(text: str) -> tuple[str, int | float]:
 
 
 def _method_params(args: argparse.Namespace, methods: Sequence[str]) -> None:
-    """Refuse a --param that none of `methods` declares, naming the parameters they have."""
+    """Refuse a --param that none of `methods` nor the --quant scheme declares, naming the parameters they have."""
     from kvcore.methods import get
 
-    declared = {p.name for m in methods for p in get(m).parameters()}
+    declared = {p.name for m in methods for p in get(m).parameters()} | set(
+        _scheme_params(getattr(args, "quant", DEFAULT_QUANT))
+    )
     unknown = sorted({name for name, _ in args.param} - declared)
     if unknown:
         have = ", ".join(sorted(declared)) or "none"
         raise UsageError(
             f"--param {unknown[0]}: {', '.join(methods)} has no such parameter (declared: {have})"
         )
+
+
+def _scheme_params(quant: str) -> tuple[str, ...]:
+    """The parameters --param can set on the --quant scheme (all but group_size, which has its own flag)."""
+    from kvcore.quant import get as get_scheme
+
+    try:
+        return tuple(p.name for p in get_scheme(quant).parameters() if p.name != "group_size")
+    except ValueError:  # an unknown scheme: refused with the schemes' names where the configuration is built
+        return ()
+
+
+def _quant_spec(args: argparse.Namespace) -> str:
+    """--quant with the --param values its scheme declares appended: "kivi" + --param residual=64 gives
+    "kivi:residual=64" (a value in the spec itself is overridden)."""
+    ours = [(name, value) for name, value in args.param if name in _scheme_params(args.quant)]
+    if not ours:
+        return args.quant
+    sep = "," if ":" in args.quant else ":"
+    return args.quant + sep + ",".join(f"{name}={value}" for name, value in ours)
 
 
 def _width_list(text: str) -> tuple[int, ...]:
@@ -502,10 +525,11 @@ def _config(
     declared = {p.name for p in get(method).parameters()}
     if args.quant.partition(":")[0] not in available_schemes():
         raise UsageError(f"--quant {args.quant}: available are {', '.join(available_schemes())}")
+    quant = _quant_spec(args)
     try:
-        allowed = get_scheme(args.quant).allowed_bits
+        allowed = get_scheme(quant).allowed_bits
     except ValueError as e:
-        raise UsageError(f"--quant {args.quant}: {e}") from None
+        raise UsageError(f"--quant {quant}: {e}") from None
     help_ = (
         _BITS_HELP
         if args.quant == DEFAULT_QUANT
@@ -528,7 +552,7 @@ def _config(
         schedule=args.schedule,
         fp_recent=args.fp_recent,
         params={name: value for name, value in args.param if name in declared},
-        quant=args.quant,
+        quant=quant,
         layer_bits=args.layer_bits,
         edge_layers=args.edge_layers,
         edge_bits=args.edge_bits,

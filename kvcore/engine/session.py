@@ -255,6 +255,9 @@ class CompressionConfig:
         if self.group_size not in groups:
             raise ValueError(f"{who}group size must be one of {groups}, got {self.group_size!r}")
         object.__setattr__(self, "_scheme", get_scheme(self.quant, group_size=self.group_size))
+        object.__setattr__(
+            self, "quant", self._scheme.spec
+        )  # one spelling: rotated:packing=1 is rotated:packing=mxfp4
         self._check_layer_bits(allowed_bits, who)
         if self._scheme.per_channel_keys and self.fp_recent:
             raise ValueError(

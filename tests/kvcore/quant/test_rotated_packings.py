@@ -80,3 +80,17 @@ def test_cli_quant_spec_reaches_the_json(model_dirs, prompt_file, capsys):
     assert main(["compress", *base, "--quant", "rotated:packing=mxfp4", "--bits", "4", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["quant_scheme"], summary["execution"]) == ("rotated:packing=mxfp4", "genuine")
+
+
+def test_cli_param_sets_the_scheme_parameter(model_dirs, prompt_file, capsys):
+    import json
+
+    from kvcore.cli.main import main
+
+    base = ["--model", str(model_dirs["llama"]), "--prompt-file", str(prompt_file), "--tokens", "2"]
+    assert (
+        main(["compress", *base, "--quant", "rotated", "--param", "packing=2", "--bits", "4", "--json"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["quant_scheme"] == "rotated:packing=nvfp4"
+    assert main(["compress", *base, "--quant", "affine", "--param", "packing=2", "--bits", "4"]) == 2
+    assert "--param packing: snapkv has no such parameter" in capsys.readouterr().err
