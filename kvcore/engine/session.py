@@ -230,8 +230,8 @@ class CompressionConfig:
             raise ValueError(f"unknown method {self.method!r}; available: {', '.join(available())}")
         if not isinstance(self.ratio, int | float) or not 0.0 < self.ratio <= 1.0:
             raise ValueError(f"ratio must be in (0, 1], got {self.ratio!r}")
-        scheme_class = get_scheme(self.quant)  # one-line ValueError for an unknown name or parameter
-        allowed_bits = scheme_class.allowed_bits
+        scheme = get_scheme(self.quant)  # one-line ValueError for an unknown name or parameter
+        allowed_bits = scheme.allowed_bits
         who = "" if self.quant == DEFAULT_QUANT else f"{self.quant}: "
         if self.bits is not None and self.bits not in allowed_bits:
             raise ValueError(
@@ -249,15 +249,14 @@ class CompressionConfig:
             raise ValueError(f"fp_recent must be a whole number of positions >= 0, got {fp!r}")
         if not self.quantized:
             object.__setattr__(self, "fp_recent", 0)  # nothing is packed, so nothing needs a float residual
-        groups = scheme_class.allowed_group_sizes
+        groups = scheme.allowed_group_sizes
         if len(groups) == 1:
             object.__setattr__(self, "group_size", groups[0])  # the format fixes it
         if self.group_size not in groups:
             raise ValueError(f"{who}group size must be one of {groups}, got {self.group_size!r}")
         object.__setattr__(self, "_scheme", get_scheme(self.quant, group_size=self.group_size))
-        object.__setattr__(
-            self, "quant", self._scheme.spec
-        )  # one spelling: rotated:packing=1 is rotated:packing=mxfp4
+        # one spelling per setting: rotated:packing=1 is rotated:packing=mxfp4
+        object.__setattr__(self, "quant", self._scheme.spec)
         self._check_layer_bits(allowed_bits, who)
         if self._scheme.per_channel_keys and self.fp_recent:
             raise ValueError(
