@@ -258,8 +258,9 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
         default=DEFAULT_QUANT,
         metavar="SCHEME",
         help=f"the quantization scheme that packs K and V (a module of kvcore.quant): affine, mxfp4 (--bits 4), "
-        f"nvfp4 (--bits 4), mxfp8 (--bits 8), rotated, … (default {DEFAULT_QUANT}); a scheme's parameters after a "
-        f"colon, e.g. rotated:packing=mxfp4,seed=3",
+        f"nvfp4 (--bits 4), mxfp8 (--bits 8), rotated (Hadamard, then any of those: packing), kivi (keys per "
+        f"channel, a float residual) … (default {DEFAULT_QUANT}); a scheme's parameters after a colon or with "
+        f"--param, e.g. rotated:packing=mxfp4,seed=3 or kivi:residual=64",
     )
     s.add_argument("--shared", action="store_true", help="all kv-heads of a layer keep the same positions")
     s.add_argument("--window", type=int, default=DEFAULT_WINDOW)
