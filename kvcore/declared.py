@@ -27,6 +27,8 @@ class Parameter:
     minimum: float | None = None
     maximum: float | None = None
     odd: bool = False
+    #: Names of an integer-coded choice: value i means choices[i] (`--quant rotated:packing=mxfp4` takes either).
+    choices: tuple[str, ...] = ()
 
     @property
     def kind(self) -> type:
@@ -39,6 +41,9 @@ class Parameter:
         if isinstance(value, bool) or not isinstance(value, numbers):
             what = "a number" if self.kind is float else "an integer"
             raise ValueError(f"{self.name} must be {what}, got {value!r}")
+        if self.choices and not 0 <= value < len(self.choices):
+            named = ", ".join(f"{i} {c}" for i, c in enumerate(self.choices))
+            raise ValueError(f"{owner} takes {self.name} in {named}, got {value!r}")
         if self.odd and value % 2 == 0:
             raise ValueError(f"{self.name} must be an odd integer >= {self.minimum:g}, got {value!r}")
         if self.minimum is not None and value < self.minimum:
@@ -55,9 +60,13 @@ def param(
     minimum: float | None = None,
     maximum: float | None = None,
     odd: bool = False,
+    choices: tuple[str, ...] = (),
 ) -> Any:
-    """A declared parameter field: its default, a one-line help and its limits (checked on creation)."""
-    meta = {"help": help, "minimum": minimum, "maximum": maximum, "odd": odd}
+    """A declared parameter field: its default, a one-line help and its limits (checked on creation). `choices`
+    names the values of an integer code 0 … len − 1 (a text choice that every widget and `--param` can carry)."""
+    if choices:
+        minimum, maximum = 0, len(choices) - 1
+    meta = {"help": help, "minimum": minimum, "maximum": maximum, "odd": odd, "choices": tuple(choices)}
     return dataclasses.field(default=default, metadata={"parameter": meta})
 
 

@@ -50,6 +50,15 @@ DEFAULT_QUANT = "affine"
 #: Full-precision residual (KIVI-style): the kept sinks and the last R prompt positions stay float beside the
 #: packed rest, and decoded tokens too; 0 packs everything kept.
 DEFAULT_FP_RECENT = 0
+#: Layer-adaptive widths (kvcore.engine.session.CompressionConfig): a width per layer (none: every layer at the
+#: configuration's widths), or the first and last EDGE_LAYERS layers at EDGE_BITS (turboquant-mlx's default idea:
+#: the layers nearest the embeddings and the logits are the most sensitive).
+DEFAULT_LAYER_BITS: tuple[int, ...] = ()
+DEFAULT_EDGE_LAYERS = 0
+DEFAULT_EDGE_BITS = 8
+#: KIVI's defaults (Liu et al. 2024): keys quantized per channel in groups of 32 tokens, the last 128 tokens float.
+KIVI_GROUP_SIZE = 32
+KIVI_RESIDUAL = 128
 DEFAULT_PER_HEAD = True
 #: Observation window: the last prompt queries that vote (SnapKV's 64 here); also the window whose attention the
 #: statistics' "attention mass kept" is measured over.

@@ -14,7 +14,6 @@ import numpy as np
 
 from kvcore.cache.sparse import scheme_for, validate_quantization, validate_widths
 from kvcore.defaults import DEFAULT_QUANT
-from kvcore.quant import available as available_schemes
 from kvcore.quant import get as get_scheme
 
 FLOAT_DTYPES = (mx.float16, mx.bfloat16, mx.float32)
@@ -41,7 +40,10 @@ def check_rows(keys: tuple[mx.array, ...], values: tuple[mx.array, ...], info: d
     """Check the stored key/value arrays (each side 1 part, or packed, scales (, biases)) and return their row count.
     Affine scales and biases are floats (also under a rotation); the microscaling schemes' scales are one byte."""
     quant = info.get("quant", DEFAULT_QUANT)
-    float_scales = quant in available_schemes() and get_scheme(quant).mode == "affine"
+    try:
+        float_scales = get_scheme(quant).mode == "affine"
+    except ValueError:
+        float_scales = False
     for kind, parts in (("keys", keys), ("values", values)):
         quantized = len(parts) > 1
         names = ("packed", "scales", "biases")[: len(parts)] if quantized else (kind,)

@@ -33,9 +33,12 @@ from kvcore.defaults import (
     ALLOWED_BITS,
     DEFAULT_CONTINUATION_TOKENS,
     DEFAULT_DECODE_INTERVAL,
+    DEFAULT_EDGE_BITS,
+    DEFAULT_EDGE_LAYERS,
     DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
     DEFAULT_KERNEL,
+    DEFAULT_LAYER_BITS,
     DEFAULT_METHOD,
     DEFAULT_N_SINK,
     DEFAULT_QUANT,
@@ -255,7 +258,9 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
         default=DEFAULT_QUANT,
         metavar="SCHEME",
         help=f"the quantization scheme that packs K and V (a module of kvcore.quant): affine, mxfp4 (--bits 4), "
-        f"nvfp4 (--bits 4), mxfp8 (--bits 8), … (default {DEFAULT_QUANT})",
+        f"nvfp4 (--bits 4), mxfp8 (--bits 8), rotated (Hadamard, then any of those: packing), kivi (keys per "
+        f"channel, a float residual) … (default {DEFAULT_QUANT}); a scheme's parameters after a colon or with "
+        f"--param, e.g. rotated:packing=mxfp4,seed=3 or kivi:residual=64",
     )
     s.add_argument("--shared", action="store_true", help="all kv-heads of a layer keep the same positions")
     s.add_argument("--window", type=int, default=DEFAULT_WINDOW)
@@ -267,8 +272,9 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="set a method parameter by the name the method declares (repeatable), e.g. --param beta=10 for "
-        "pyramidkv, --param alpha=0.3 for adakv; over several methods, each takes the ones it declares",
+        help="set a method or --quant scheme parameter by the name it declares (repeatable), e.g. --param beta=10 "
+        "for pyramidkv, --param alpha=0.3 for adakv, --param residual=64 for kivi, --param packing=1 for rotated "
+        "(mxfp4); each method and the scheme take the ones they declare",
     )
     s.add_argument(
         "--fp-recent",
@@ -277,6 +283,29 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
         metavar="R",
         help="keep the kept sinks (--n-sink) and the last R prompt positions unquantized beside the packed rest, "
         f"and generated tokens too (a KIVI-style float residual; no effect when nothing is packed; default {DEFAULT_FP_RECENT})",
+    )
+    s.add_argument(
+        "--layer-bits",
+        type=_width_list,
+        default=DEFAULT_LAYER_BITS,
+        metavar="B,B,…",
+        help="a width per layer (one per layer, e.g. 8,4,4,4,8), replacing each layer's key and value widths "
+        "(a float side stays float); layer-adaptive, for any --quant",
+    )
+    s.add_argument(
+        "--edge-layers",
+        type=_positions_count,
+        default=DEFAULT_EDGE_LAYERS,
+        metavar="K",
+        help=f"pack the first and last K layers at --edge-bits (the layers nearest the embeddings and the logits; "
+        f"default {DEFAULT_EDGE_LAYERS}: none)",
+    )
+    s.add_argument(
+        "--edge-bits",
+        type=int,
+        default=DEFAULT_EDGE_BITS,
+        metavar="B",
+        help=f"the width of the --edge-layers layers, keys and values (default {DEFAULT_EDGE_BITS})",
     )
     s.add_argument(
         "--schedule",
@@ -302,16 +331,46 @@ def _param_pair(text: str) -> tuple[str, int | float]:
 
 
 def _method_params(args: argparse.Namespace, methods: Sequence[str]) -> None:
-    """Refuse a --param that none of `methods` declares, naming the parameters they have."""
+    """Refuse a --param that none of `methods` nor the --quant scheme declares, naming the parameters they have."""
     from kvcore.methods import get
 
-    declared = {p.name for m in methods for p in get(m).parameters()}
+    declared = {p.name for m in methods for p in get(m).parameters()} | set(
+        _scheme_params(getattr(args, "quant", DEFAULT_QUANT))
+    )
     unknown = sorted({name for name, _ in args.param} - declared)
     if unknown:
         have = ", ".join(sorted(declared)) or "none"
         raise UsageError(
             f"--param {unknown[0]}: {', '.join(methods)} has no such parameter (declared: {have})"
         )
+
+
+def _scheme_params(quant: str) -> tuple[str, ...]:
+    """The parameters --param can set on the --quant scheme (all but group_size, which has its own flag)."""
+    from kvcore.quant import get as get_scheme
+
+    try:
+        return tuple(p.name for p in get_scheme(quant).parameters() if p.name != "group_size")
+    except ValueError:  # an unknown scheme: refused with the schemes' names where the configuration is built
+        return ()
+
+
+def _quant_spec(args: argparse.Namespace) -> str:
+    """--quant with the --param values its scheme declares appended: "kivi" + --param residual=64 gives
+    "kivi:residual=64" (a value in the spec itself is overridden)."""
+    ours = [(name, value) for name, value in args.param if name in _scheme_params(args.quant)]
+    if not ours:
+        return args.quant
+    sep = "," if ":" in args.quant else ":"
+    return args.quant + sep + ",".join(f"{name}={value}" for name, value in ours)
+
+
+def _width_list(text: str) -> tuple[int, ...]:
+    """argparse type of --layer-bits: comma-separated whole widths (the scheme checks each against its own)."""
+    try:
+        return tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of widths (e.g. 8,4,4,4,8)") from None
 
 
 def _positions_count(text: str) -> int:
@@ -465,9 +524,13 @@ def _config(
     from kvcore.quant import get as get_scheme
 
     declared = {p.name for p in get(method).parameters()}
-    if args.quant not in available_schemes():
+    if args.quant.partition(":")[0] not in available_schemes():
         raise UsageError(f"--quant {args.quant}: available are {', '.join(available_schemes())}")
-    allowed = type(get_scheme(args.quant)).allowed_bits
+    quant = _quant_spec(args)
+    try:
+        allowed = get_scheme(quant).allowed_bits
+    except ValueError as e:
+        raise UsageError(f"--quant {quant}: {e}") from None
     help_ = (
         _BITS_HELP
         if args.quant == DEFAULT_QUANT
@@ -490,7 +553,10 @@ def _config(
         schedule=args.schedule,
         fp_recent=args.fp_recent,
         params={name: value for name, value in args.param if name in declared},
-        quant=args.quant,
+        quant=quant,
+        layer_bits=args.layer_bits,
+        edge_layers=args.edge_layers,
+        edge_bits=args.edge_bits,
     )
 
 

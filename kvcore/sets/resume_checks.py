@@ -23,6 +23,7 @@ TEXT_COLUMNS: frozenset[str] = frozenset(
         "baseline_dtype",
         "quant_scheme",
         "execution",
+        "bits_per_layer",
         "budget_note",
         "family",
         "answer",
