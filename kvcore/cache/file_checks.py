@@ -85,8 +85,10 @@ def check_rows(keys: tuple[mx.array, ...], values: tuple[mx.array, ...], info: d
 
 def _own_layout(info: dict) -> bool:
     """Whether the layer's scheme stores parts of its own layout (kvcore.quant's `own_layout`)."""
-    quant = info.get("quant", DEFAULT_QUANT)
-    return quant in available_schemes() and get_scheme(quant).own_layout
+    try:
+        return get_scheme(info.get("quant", DEFAULT_QUANT)).own_layout
+    except ValueError:
+        return False
 
 
 def _parts_shape(parts: tuple[mx.array, ...]) -> tuple[int, ...]:
