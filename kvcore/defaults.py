@@ -129,3 +129,11 @@ LAZY_QUERY_SHARE = 0.25
 
 #: Environment variable that switches kvcore's CUDA kernels off ("0"), for side-by-side runs against the MLX path.
 FUSED_KERNELS_ENV = "KVLENS_FUSED_KERNELS"
+
+# -- kvlens ruler (kvcore.probes.ruler) ----------------------------------------------------------------------------
+#: kvpress's RULER leaderboard: 4k tokens, compression ratios (1 − retention) 0.25 … 0.875.
+DEFAULT_RULER_LENGTH = 4096
+DEFAULT_RULER_RATIOS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.875)
+DEFAULT_RULER_METHODS: tuple[str, ...] = ("dense", "snapkv", "streaming_llm", "knorm")
+DEFAULT_RULER_SAMPLES = 20
+DEFAULT_RULER_HAYSTACK = "code"

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kvcore.cli import probe as probe_cli
+from kvcore.cli import ruler as ruler_cli
 from kvcore.cli.progress import draw_progress, end_progress
 from kvcore.defaults import (
     ALLOWED_BITS,
@@ -83,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kvlens", description="KV Lens headless engine.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("methods", help="list every method with its definition and parameters")
+    ruler = sub.add_parser("ruler", help="RULER-format tasks scored per method and compression ratio")
+    ruler.add_argument(
+        "--model", default=str(demo_model_dir()), help="model folder or HF repo id (default: demo)"
+    )
+    ruler_cli.add_arguments(ruler)
     for name in ("compress", "sweep", "probe"):
         s = sub.add_parser(name)
         s.add_argument(
@@ -818,6 +824,8 @@ def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
         return 0
     try:
         _check_args(args)
+        if args.command == "ruler":
+            return ruler_cli.command(args)
         return _probe(args) if args.command == "probe" else _one_prompt(args, plot_writer)
     except (
         RankLost
