@@ -58,7 +58,7 @@ def test_a_length_beyond_the_models_context_is_refused_before_any_prefill(sessio
     calls = session.forward_calls
     with pytest.raises(
         ValueError,
-        match=r"--length \d+: niah_single \(seed 0\) needs \d+ positions.*give --length \d+ or less",
+        match=r"--length \d+: the model's context is \d+ .*give a --length below",
     ):
         prepare(session, run)
     assert session.forward_calls == calls
