@@ -336,6 +336,10 @@ def _probe(args: argparse.Namespace) -> int:
     from kvcore.probes.plan import plan_from_text
     from kvcore.probes.scoring import PROBE_COLUMNS
 
+    if args.query_aware and args.prompts is None:
+        raise UsageError(
+            "--query-aware applies to a --prompts set of contexts and questions: give one, or drop it"
+        )
     if args.prompts is not None:
         if args.control:
             raise UsageError(
