@@ -160,12 +160,13 @@ def command(args: argparse.Namespace) -> int:
         rows.sort(key=lambda r: run.methods.index(r["method"]))
         if ranks.rank == 0:
             write_text(args.out, csv_text(rows, cols))
-    if ranks.rank != 0:
-        return 0
-    end_progress(only_if_drawn=True)
-    title = f"RULER-format {run.haystack}, {run.length} tokens, {run.mode}: {session.info.name}"
-    print(title)
-    print(text_table(rows, run.ratios))
-    if args.plot is not None:
-        write_svg(args.plot, rows, run.ratios, title)
+    if ranks.rank == 0:
+        end_progress(only_if_drawn=True)
+        title = f"RULER-format {run.haystack}, {run.length} tokens, {run.mode}: {session.info.name}"
+        print(title)
+        print(text_table(rows, run.ratios))
+        if args.plot is not None:
+            write_svg(args.plot, rows, run.ratios, title)
+    ranks.gather(b"")  # every rank waits for rank 0's files: mlx.launch stops the others when one exits
+    ranks.finished = True
     return 0
