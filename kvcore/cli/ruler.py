@@ -151,13 +151,16 @@ def command(args: argparse.Namespace) -> int:
         print(f"kvlens: resuming {args.out}: {len(done)} method rows kept", file=sys.stderr)
     session = Session.load(args.model)
     items = prepare(session, run)  # every sample checked against the model's context before any prefill
-    rows: list[dict[str, Any]] = [r for r in kept if r["method"] in run.methods]
+    rows: list[dict[str, Any]] = list(
+        kept
+    )  # rows of methods not asked for now are kept too, after the others
+    order = {m: i for i, m in enumerate(dict.fromkeys([*run.methods, *(r["method"] for r in kept)]))}
     progress = draw_progress if ranks.rank == 0 else None
     for method in run.methods:
         if method in done:
             continue
         rows.append(method_row(session, run, items, method, ranks, progress))
-        rows.sort(key=lambda r: run.methods.index(r["method"]))
+        rows.sort(key=lambda r: order[r["method"]])
         if ranks.rank == 0:
             write_text(args.out, csv_text(rows, cols))
     if ranks.rank == 0:
