@@ -156,7 +156,7 @@ def _parse_line(line: str, where: str) -> list[PromptItem]:
     """One prompt, or a context/questions line's one item per question (id `doc1#1`, `doc1#2`, …)."""
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         obj = None  # json_record names the problem
     if isinstance(obj, dict) and "context" in obj and "prompt" not in obj:
         return _context_line(line, where)
