@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import random
 import string
+from collections.abc import Callable
 
 from kvcore.probes.names import PREFIXES, WORDS, make_name, make_value
 
 
-def distinct(rng: random.Random, make: object, n: int) -> list[str]:
+def distinct(rng: random.Random, make: Callable[[random.Random], str], n: int) -> list[str]:
     """n different values of `make(rng)`."""
     out: list[str] = []
     while len(out) < n:
-        value = make(rng)  # type: ignore[operator]
+        value = make(rng)
         if value not in out:
             out.append(value)
     return out
