@@ -3,9 +3,11 @@
   kvlens ruler --model M --length 4096 --methods dense,snapkv,knorm --ratios 0.25,0.5,0.75,0.875 \\
       [--query-aware] [--haystack code|noise] [--samples 20] [--tasks niah_single,vt] --out table.csv [--plot p.svg]
 
-The table (one row per method; per compression ratio the mean over tasks, then each task) is printed and written
-to --out atomically after every method; an existing --out of the same run is resumed: its methods are kept and
-skipped. Progress goes to stderr. Under `mlx.launch` the samples are spread over the ranks and rank 0 writes.
+One prefill per sample serves every method. The table (one row per method; per compression ratio the mean over
+tasks, then each task) is printed and written to --out atomically; the per-sample scores are kept in
+`<out>.samples.json` after every round until then. An existing --out of the same run is resumed: its methods are
+kept and skipped, and the samples its checkpoint holds are not run again. Progress goes to stderr. Under
+`mlx.launch` the samples are spread over the ranks and rank 0 writes.
 """
 
 from __future__ import annotations
@@ -131,40 +133,91 @@ def _kept_rows(path: Path, columns: tuple[str, ...], run: Any) -> list[dict[str,
     return rows
 
 
+def checkpoint_path(out: Path) -> Path:
+    """Where the per-sample scores of the methods still running are kept between rounds (`table.samples.json`)."""
+    return out.with_suffix(".samples.json")
+
+
+def _checkpoint(
+    path: Path, key: dict[str, Any], n_items: int, n_ratios: int
+) -> dict[int, dict[str, list[float]]]:
+    """The scores a checkpoint of this very run holds (none when absent or from another run); ValueError naming
+    the file when it is this run's but not as kvlens writes it."""
+    if not path.exists():
+        return {}
+    fix = f"delete {path} (its samples run again)"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        raise ValueError(f"--out: {path} is not a checkpoint kvlens wrote; {fix}") from None
+    if not isinstance(data, dict) or data.get("run") != key:
+        return {}  # another run's, or other methods': this run starts its samples afresh and replaces it
+    scores = data.get("scores")
+    out: dict[int, dict[str, list[float]]] = {}
+    try:
+        for k, by_method in scores.items():
+            i = int(k)
+            ok = 0 <= i < n_items and set(by_method) == set(key["methods"])
+            ok = ok and all(
+                len(v) == n_ratios and all(isinstance(x, int | float) and 0 <= x <= 1 for x in v)
+                for v in by_method.values()
+            )
+            if not ok:
+                raise ValueError
+            out[i] = {m: [float(x) for x in v] for m, v in by_method.items()}
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"--out: {path} holds a score kvlens would not write; {fix}") from None
+    return out
+
+
 def command(args: argparse.Namespace) -> int:
-    """Run the table; 0 when done (rank 0 prints and writes it, after every method)."""
+    """Run the table; 0 when done (rank 0 prints and writes it)."""
     from kvcore.atomic import write_text
     from kvcore.engine.session import Session
-    from kvcore.measure.export import csv_text
+    from kvcore.measure.export import csv_text, write_json
     from kvcore.probes.ruler.plot import write_svg
-    from kvcore.probes.ruler.run import method_row, prepare
+    from kvcore.probes.ruler.run import method_row, prepare, score_rounds
     from kvcore.probes.ruler.table import columns, text_table
     from kvcore.sets.ranks import Ranks
 
     run = _run_spec(args)
     cols = columns(run.ratios, run.tasks)
     ranks = Ranks()
-    kept = _kept_rows(args.out, cols, run) if ranks.rank == 0 else []
+    first = ranks.rank == 0
+    kept = _kept_rows(args.out, cols, run) if first else []
     # Rank 0's file decides what is done: another machine need not have it.
     done = set(json.loads(ranks.gather(json.dumps(sorted(r["method"] for r in kept)).encode("utf-8"))[0]))
-    if done and ranks.rank == 0:
-        print(f"kvlens: resuming {args.out}: {len(done)} method rows kept", file=sys.stderr)
+    pending = [m for m in run.methods if m not in done]
+    key = {**run.run_cells(), "tasks": list(run.tasks), "ratios": list(run.ratios), "methods": pending}
+    saved = checkpoint_path(args.out)
     session = Session.load(args.model)
     items = prepare(session, run)  # every sample checked against the model's context before any prefill
+    scored = _checkpoint(saved, key, len(items), len(run.ratios)) if first and pending else {}
+    scored = {int(k): v for k, v in json.loads(ranks.gather(json.dumps(scored).encode("utf-8"))[0]).items()}
+    if first and (done or scored):
+        print(
+            f"kvlens: resuming {args.out}: {len(done)} method rows, {len(scored)} samples kept",
+            file=sys.stderr,
+        )
+    label = f"samples ({run.mode}: {', '.join(pending)})"
+
+    def on_round(so_far: dict[int, dict[str, list[float]]]) -> None:
+        if first:
+            write_json(saved, {"run": key, "scores": {str(i): v for i, v in sorted(so_far.items())}})
+            draw_progress(len(so_far), len(items), label)
+
     rows: list[dict[str, Any]] = list(
         kept
     )  # rows of methods not asked for now are kept too, after the others
+    if pending:
+        scored = score_rounds(session, run, items, pending, ranks, scored, on_round)
+        rows += [method_row(run, items, scored, m) for m in pending]
     order = {m: i for i, m in enumerate(dict.fromkeys([*run.methods, *(r["method"] for r in kept)]))}
-    progress = draw_progress if ranks.rank == 0 else None
-    for method in run.methods:
-        if method in done:
-            continue
-        rows.append(method_row(session, run, items, method, ranks, progress))
-        rows.sort(key=lambda r: order[r["method"]])
-        if ranks.rank == 0:
-            write_text(args.out, csv_text(rows, cols))
-    if ranks.rank == 0:
+    rows.sort(key=lambda r: order[r["method"]])
+    if first:
         end_progress(only_if_drawn=True)
+        write_text(args.out, csv_text(rows, cols))
+        saved.unlink(missing_ok=True)  # its scores are in the table now
         title = f"RULER-format {run.haystack}, {run.length} tokens, {run.mode}: {session.info.name}"
         print(title)
         print(text_table(rows, run.ratios))

@@ -18,7 +18,7 @@ def _mean(query_aware: bool, method: str) -> float:
     run = RulerRun(
         session.info.path, (method,), (0.75,), TASKS, length=1000, samples=6, query_aware=query_aware
     )
-    scores = [sample_scores(session, run, item, method)[0] for item in prepare(session, run)]
+    scores = [sample_scores(session, run, item, [method])[method][0] for item in prepare(session, run)]
     return sum(scores) / len(scores)
 
 

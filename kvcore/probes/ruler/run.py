@@ -3,9 +3,9 @@
 Query-agnostic (kvpress's default): the context alone is prefilled and compressed, then the question (and the
 answer prefix) is appended to a copy of the compressed cache and answered greedily. Query-aware: context and
 question are prefilled and compressed together, so the question is in every observation window. One prefill per
-(sample, method) serves every ratio; one compression per (sample, method, ratio).
+sample serves every method and ratio; one compression per (sample, method, ratio).
 
-Under `mlx.launch` each rank scores every size-th sample and the scores are gathered (kvcore.sets.ranks).
+Under `mlx.launch` the ranks score one sample each a round and the scores are gathered (kvcore.sets.ranks).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from kvcore.defaults import DEFAULT_SCHEDULE
 from kvcore.probes.ruler import make_sample
 from kvcore.probes.ruler.base import Sample
 from kvcore.probes.ruler.table import DENSE, row
-
-Progress = Callable[[int, int, str], None] | None
 
 
 @dataclass(frozen=True)
@@ -108,44 +106,72 @@ def _check_fits(item: Prepared, ctx: int | None, length: int) -> None:
         )
 
 
-def sample_scores(session: Any, run: RulerRun, item: Prepared, method: str) -> list[float]:
-    """The sample's score at every ratio (the dense cache: the same score at each), in run.ratios' order."""
+def sample_scores(
+    session: Any, run: RulerRun, item: Prepared, methods: Sequence[str]
+) -> dict[str, list[float]]:
+    """One prefill of the sample serves every method: method -> its score at every ratio, in run.ratios' order
+    (the dense cache: the same score at each)."""
     s, n = item.sample, item.sample.max_new_tokens
     decode = session.tokenizer.decode
+    out: dict[str, list[float]] = {}
     if run.query_aware:
         feed_ids = session.tokenizer.encode(item.feed, add_special_tokens=False)
         session.prefill([*item.context_ids, *feed_ids], n_tokens=n)
-        if method == DENSE:
-            return [s.score(decode(session.dense_tokens))] * len(run.ratios)
-        return [s.score(decode(session.continuation(session.compress(c), n))) for c in run.configs(method)]
+        for m in methods:
+            if m == DENSE:
+                out[m] = [s.score(decode(session.dense_tokens))] * len(run.ratios)
+            else:
+                out[m] = [
+                    s.score(decode(session.continuation(session.compress(c), n))) for c in run.configs(m)
+                ]
+        return out
     session.prefill(item.context_ids, n_tokens=1)
-    if method == DENSE:
-        return [s.score(decode(session.answer_tokens(None, item.feed, n, run.schedule)))] * len(run.ratios)
-    return [
-        s.score(decode(session.answer_tokens(session.compress(c), item.feed, n, run.schedule)))
-        for c in run.configs(method)
-    ]
+    for m in methods:
+        if m == DENSE:
+            out[m] = [s.score(decode(session.answer_tokens(None, item.feed, n, run.schedule)))] * len(
+                run.ratios
+            )
+        else:
+            out[m] = [
+                s.score(decode(session.answer_tokens(session.compress(c), item.feed, n, run.schedule)))
+                for c in run.configs(m)
+            ]
+    return out
 
 
-def method_row(
+Scores = dict[int, dict[str, list[float]]]  # sample index -> method -> score per ratio
+
+
+def score_rounds(
     session: Any,
     run: RulerRun,
     items: Sequence[Prepared],
-    method: str,
+    methods: Sequence[str],
     ranks: Any,
-    on_progress: Progress = None,
-) -> dict[str, Any]:
-    """The method's table row: this rank scores items[rank::size], every rank gets every score."""
-    mine = list(range(ranks.rank, len(items), ranks.size))
-    scored: dict[int, list[float]] = {}
-    for done, i in enumerate(mine):
-        scored[i] = sample_scores(session, run, items[i], method)
-        if on_progress is not None:
-            on_progress(done + 1, len(mine), f"{method} ({run.mode})")
-    for payload in ranks.gather(json.dumps(scored).encode("utf-8")):
-        scored.update({int(k): v for k, v in json.loads(payload).items()})
+    scored: Scores,
+    on_round: Callable[[Scores], None] | None = None,
+) -> Scores:
+    """Every sample not in `scored`, in rounds of one sample a rank; after each round every rank has every score
+    and `on_round` (rank 0: write the checkpoint, draw progress) sees them all."""
+    pending = [i for i in range(len(items)) if i not in scored]
+    scored = dict(scored)
+    for start in range(0, len(pending), ranks.size):
+        share = pending[start : start + ranks.size]
+        mine = {}
+        if ranks.rank < len(share):
+            i = share[ranks.rank]
+            mine[i] = sample_scores(session, run, items[i], methods)
+        for payload in ranks.gather(json.dumps(mine).encode("utf-8")):
+            scored.update({int(k): v for k, v in json.loads(payload).items()})
+        if on_round is not None:
+            on_round(scored)
+    return scored
+
+
+def method_row(run: RulerRun, items: Sequence[Prepared], scored: Scores, method: str) -> dict[str, Any]:
+    """The method's table row from every sample's scores."""
     table: dict[float, dict[str, list[float]]] = {r: {t: [] for t in run.tasks} for r in run.ratios}
     for i, item in enumerate(items):
-        for r, score in zip(run.ratios, scored[i], strict=True):
+        for r, score in zip(run.ratios, scored[i][method], strict=True):
             table[r][item.sample.task].append(score)
     return row(method, run.run_cells(), table, run.ratios, run.tasks)

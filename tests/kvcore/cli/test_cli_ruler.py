@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import pytest
 
@@ -41,6 +42,28 @@ def test_the_table_is_written_resumed_and_plotted(model_dirs, tmp_path, capsys):
     again = _rows(out)  # snapkv, not asked for now, is kept after the methods asked for
     assert [r["method"] for r in again] == ["streaming_llm", "dense", "snapkv"]
     assert again[1]["0.5"] == "42.0" and again[2] == rows[1]
+
+
+def test_the_samples_a_checkpoint_holds_are_not_run_again(model_dirs, tmp_path, capsys):
+    out = tmp_path / "ruler.csv"
+    saved = tmp_path / "ruler.samples.json"
+    key = {
+        "model": str(model_dirs["llama"]),
+        "mode": "query-agnostic",
+        "haystack": "code",
+        "length": 300,
+        "samples": 1,
+        "schedule": "paper",
+        "tasks": ["niah_single"],
+        "ratios": [0.5],
+        "methods": ["dense"],
+    }
+    saved.write_text(json.dumps({"run": key, "scores": {"0": {"dense": [7]}}}))
+    assert _ruler(model_dirs["llama"], out, "--methods", "dense") == 2  # a score kvlens would not write
+    assert "holds a score kvlens would not write" in capsys.readouterr().err and not out.exists()
+    saved.write_text(json.dumps({"run": key, "scores": {"0": {"dense": [1.0]}}}))
+    assert _ruler(model_dirs["llama"], out, "--methods", "dense") == 0
+    assert _rows(out)[0]["0.5"] == "100.0" and not saved.exists()  # the random model's own answer scores 0
 
 
 def test_a_table_of_another_run_is_refused_and_kept(model_dirs, tmp_path, capsys):
