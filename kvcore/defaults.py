@@ -143,3 +143,11 @@ FUSED_KERNELS_ENV = "KVLENS_FUSED_KERNELS"
 DEFAULT_ANSWER_TOKENS = 8
 #: Positions marked per (layer, kv-head) row when the heatmap shows where a question attends over the context.
 QUESTION_ATTENTION_TOP = 8
+
+# -- kvlens ruler (kvcore.probes.ruler) ----------------------------------------------------------------------------
+#: kvpress's RULER leaderboard: 4k tokens, compression ratios (1 − retention) 0.25 … 0.875.
+DEFAULT_RULER_LENGTH = 4096
+DEFAULT_RULER_RATIOS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.875)
+DEFAULT_RULER_METHODS: tuple[str, ...] = ("dense", "snapkv", "streaming_llm", "knorm")
+DEFAULT_RULER_SAMPLES = 20
+DEFAULT_RULER_HAYSTACK = "code"

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kvcore.cli import probe as probe_cli
+from kvcore.cli import ruler as ruler_cli
 from kvcore.cli.progress import draw_progress, end_progress
 from kvcore.defaults import (
     ALLOWED_BITS,
@@ -86,6 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kvlens", description="KV Lens headless engine.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("methods", help="list every method with its definition and parameters")
+    ruler = sub.add_parser("ruler", help="RULER-format tasks scored per method and compression ratio")
+    ruler.add_argument(
+        "--model", default=str(demo_model_dir()), help="model folder or HF repo id (default: demo)"
+    )
+    ruler_cli.add_arguments(ruler)
     for name in ("compress", "sweep", "probe"):
         s = sub.add_parser(name)
         s.add_argument(
@@ -389,6 +395,10 @@ def _probe(args: argparse.Namespace) -> int:
     from kvcore.probes.plan import plan_from_text
     from kvcore.probes.scoring import PROBE_COLUMNS
 
+    if args.query_aware and args.prompts is None:
+        raise UsageError(
+            "--query-aware applies to a --prompts set of contexts and questions: give one, or drop it"
+        )
     if args.prompts is not None:
         if args.control:
             raise UsageError(
@@ -612,6 +622,11 @@ def _prompt_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int
 def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
     if getattr(args, "prompts", None) is not None:
         return _prompt_set(args, plot_writer)
+    asked = getattr(args, "questions", None) is not None
+    if asked and args.session is None and args.prompt is None and args.prompt_file is None:
+        raise UsageError(
+            "--questions needs a context to ask about: pass --context-file FILE (or --prompt TEXT)"
+        )
     prompt = None if args.session is not None else _prompt(args)
     if args.system_prompt is not None and not args.chat_template:
         raise UsageError(
@@ -657,6 +672,8 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
         from kvcore.engine.session_file import open_session
 
         open_session(args.session, session)  # no forward pass; the saved continuation is the reference
+    elif questions and args.chat_template and session.has_chat_template:
+        _prefill_chat_context(args, session, prompt)
     else:
         session.prefill(
             prompt, n_tokens=args.tokens, chat_template=args.chat_template, system_prompt=args.system_prompt
@@ -664,6 +681,16 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
     if args.command == "compress":
         return _compress(args, session, configs[0], questions)
     return _sweep(args, session, configs, plot_writer)
+
+
+def _prefill_chat_context(args: argparse.Namespace, session: Any, context: str) -> None:
+    """Context and question as one user message (context, then question), as mlx-lm would render it: the
+    template's head and the context are prefilled; each question is fed with the template's tail."""
+    from kvcore.model.prompting import split_chat
+
+    head, args.question_suffix = split_chat(session.tokenizer, context, args.system_prompt)
+    session.prefill(session.tokenizer.encode(head, add_special_tokens=False), n_tokens=args.tokens)
+    session.chat_template_applied = True
 
 
 def _check_plot(path: Path, plot_writer: PlotWriter | None) -> None:
@@ -716,10 +743,12 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
     if questions and args.query_aware:
         from kvcore.engine.questions import answer_query_aware
 
+        suffix = getattr(args, "question_suffix", "")
         context = list(session.prompt_ids)
-        answers = [answer_query_aware(session, context, q, cfg, args.tokens) for q in questions]
+        answers = [answer_query_aware(session, context, q, cfg, args.tokens, suffix) for q in questions]
     else:
-        answers = [session.answer(state, q, args.tokens) for q in questions or ()]
+        suffix = getattr(args, "question_suffix", "")
+        answers = [session.answer(state, q, args.tokens, suffix) for q in questions or ()]
     if args.decoding_policy is not None:
         summary.update(_decode_summary(session, state, args.decoding_policy, args.tokens))
     if answers:
@@ -865,6 +894,8 @@ def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
         return 0
     try:
         _check_args(args)
+        if args.command == "ruler":
+            return ruler_cli.command(args)
         return _probe(args) if args.command == "probe" else _one_prompt(args, plot_writer)
     except (
         RankLost

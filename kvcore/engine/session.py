@@ -885,21 +885,19 @@ class Session:
         return self._greedy(branch, self.prompt_ids[-1], n, should_cancel)
 
     def answer(
-        self, state: CompressedState, question: Question, n: int, should_cancel: CancelCheck = None
+        self,
+        state: CompressedState,
+        question: Question,
+        n: int,
+        suffix: str = "",
+        should_cancel: CancelCheck = None,
     ) -> Answer:
         """Query-agnostic: `question` appended to copies of the dense and the compressed cache of the prefilled
-        context (neither changes), each answered greedily for n tokens (kvcore.engine.questions); `Cancelled`
-        between decode steps when `should_cancel()` says so."""
-        self._check_thread()
-        self._require_prefill()
-        if n < 1:
-            raise ValueError(f"tokens to generate must be at least 1, got {n}")
-        ids = self.tokenizer.encode(question.text, add_special_tokens=False)
-        if not ids:
-            raise ValueError(f"question {question.text!r} is empty: give it some text")
+        context (neither changes), each answered greedily for n tokens (kvcore.engine.questions). `suffix` follows
+        the question's text (the chat template's end of the user message, kvcore.model.prompting.split_chat);
+        `Cancelled` between decode steps when `should_cancel()` says so."""
         schedule = state.config.schedule
-        # Under mlx-lm the caches stop one token short of the context: its last token goes in with the question.
-        feed = [*([] if schedule == "paper" else [self.prompt_ids[-1]]), *ids]
+        feed = self._question_feed(question.text + suffix, question.text, n, schedule)
         dense_cache = self._observed(schedule).cache
         dense_tokens = self._answer_tokens(dense_cache, feed, n, should_cancel)
         comp_tokens = self._answer_tokens(state.cache, feed, n, should_cancel)
@@ -909,6 +907,32 @@ class Session:
         scores = metrics.teacher_forced(dense_logits, comp_logits, np.array(dense_tokens, np.int64))
         decode = self.tokenizer.decode
         return Answer(question, decode(dense_tokens), decode(comp_tokens), dense_tokens, comp_tokens, scores)
+
+    def answer_tokens(self, state: CompressedState | None, text: str, n: int, schedule: str) -> list[int]:
+        """The greedy answer alone (no metrics): `text` appended to a copy of the compressed cache, or of the dense
+        one when `state` is None; what a benchmark that only scores answers needs (kvcore.probes.ruler)."""
+        feed = self._question_feed(text, text, n, schedule)
+        cache = self._observed(schedule).cache if state is None else state.cache
+        return self._answer_tokens(cache, feed, n)
+
+    def _question_feed(self, text: str, shown: str, n: int, schedule: str) -> list[int]:
+        """The tokens a question feeds after the context; ValueError when empty or beyond the model's context."""
+        self._check_thread()
+        self._require_prefill()
+        if n < 1:
+            raise ValueError(f"tokens to generate must be at least 1, got {n}")
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if not ids or not shown.strip():
+            raise ValueError(f"question {shown!r} is empty: give it some text")
+        ctx = self.info.max_context
+        total = len(self.prompt_ids) + len(ids) + n
+        if ctx is not None and total > ctx:
+            raise ValueError(
+                f"context ({len(self.prompt_ids)} tokens), question ({len(ids)}) and answer ({n}) need {total} "
+                f"positions, but the model's context is {ctx} (max_position_embeddings): shorten the context"
+            )
+        # Under mlx-lm the caches stop one token short of the context: its last token goes in with the question.
+        return [*([] if schedule == "paper" else [self.prompt_ids[-1]]), *ids]
 
     def _answer_tokens(
         self, cache: list[Any], feed: Sequence[int], n: int, should_cancel: CancelCheck = None

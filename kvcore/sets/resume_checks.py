@@ -28,6 +28,9 @@ TEXT_COLUMNS: frozenset[str] = frozenset(
         "family",
         "answer",
         "continuation",
+        "model",  # kvlens ruler's table (kvcore.probes.ruler.table)
+        "mode",
+        "haystack",
     }
 )
 #: Columns that together name one row of a results file (those present in its header).
