@@ -28,6 +28,8 @@ from benchmarks.common import ROOT
 from kvcore.atomic import write_text
 
 PROMPTS = ("dict_lookup", "needle_in_code", "long_identifier")
+#: Parameters KV Lens runs a method with, the same values kvpress_reference.py gives its press.
+PARAMS: dict[str, dict[str, Any]] = {}
 
 
 def write_ids(path: Path) -> None:
@@ -62,7 +64,8 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
     for name, entries in by_prompt.items():
         session.prefill(prompts[name]["ids"]["paper"], 1, chat_template=False)
         for method, schedule, ratio, theirs in entries:
-            state = session.compress(CompressionConfig(method, ratio, schedule=schedule))
+            params = PARAMS.get(method, {})
+            state = session.compress(CompressionConfig(method, ratio, schedule=schedule, params=params))
             scores = session.ranking(state.config).layers
             for layer, heads in enumerate(theirs):
                 for head, positions in enumerate(heads):

@@ -34,6 +34,10 @@ def _stub_missing(*names: str) -> None:
             sys.modules[name] = module
 
 
+def _snapkv(kvpress):
+    return kvpress.SnapKVPress(window_size=64, kernel_size=5)
+
+
 def _presses(kvpress):
     """KV Lens method name -> (kvpress press factory, attention implementation it needs)."""
     return {
@@ -48,6 +52,10 @@ def _presses(kvpress):
         "adakv-expected_attention": (lambda: kvpress.AdaKVPress(kvpress.ExpectedAttentionPress()), "sdpa"),
         "keydiff": (kvpress.KeyDiffPress, "sdpa"),
         "lagkv": (lambda: kvpress.LagKVPress(n_sink=4, lag_size=128), "sdpa"),
+        # wrappers (KV Lens names WRAPPER-INNER; bare = the default inner); parameters as kvpress_parity.PARAMS
+        "chunkkv": (lambda: kvpress.ChunkKVPress(_snapkv(kvpress), chunk_length=20), "sdpa"),
+        "criticalkv": (lambda: kvpress.CriticalKVPress(_snapkv(kvpress)), "sdpa"),
+        "critical_adakv": (lambda: kvpress.CriticalAdaKVPress(_snapkv(kvpress)), "sdpa"),
     }
 
 

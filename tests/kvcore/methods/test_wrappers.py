@@ -1,0 +1,207 @@
+"""The kvpress wrappers against NumPy readings of kvpress 0.5.5's definitions, on a tiny real model's prefill.
+
+Inner scores are recomputed here from the cached keys and values (knorm, keydiff), so each test checks the
+wrapper's own rule: chunks, stages, blocks, per-layer ratios, chains.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvcore import methods
+from kvcore.capture import prefill as capture
+from kvcore.methods import selection
+
+N_TOKENS = 90
+RATIOS = (0.25, 0.5)
+
+
+@pytest.fixture(scope="module")
+def llama(loaded_models):
+    model, _ = loaded_models["llama"]
+    ids = [int(t) for t in np.random.default_rng(5).integers(1, model.args.vocab_size, N_TOKENS)]
+    return model, capture.prefill_with_capture(model, ids).observations
+
+
+def n_kept(n_tokens: int, ratio: float) -> int:
+    return max(1, int(n_tokens * (1 - (1 - ratio))))
+
+
+def keys_of(obs) -> np.ndarray:
+    return np.array(obs.keys).astype(np.float64)
+
+
+def values_of(obs) -> np.ndarray:
+    return np.array(obs.values).astype(np.float64)
+
+
+def knorm(k: np.ndarray) -> np.ndarray:
+    return -np.linalg.norm(k, axis=-1)
+
+
+def keydiff(k: np.ndarray) -> np.ndarray:
+    unit = k / np.linalg.norm(k, axis=-1, keepdims=True)
+    anchor = unit.mean(axis=1, keepdims=True)
+    return -(k * anchor).sum(-1) / (np.linalg.norm(k, axis=-1) * np.linalg.norm(anchor, axis=-1))
+
+
+def top(row: np.ndarray, n: int) -> list[int]:
+    return sorted(np.argsort(-row, kind="stable")[:n].tolist())
+
+
+def kept(observations, name: str, ratio: float, **params):
+    return selection.select(selection.rank(observations, methods.get(name, **params)), ratio)
+
+
+def as_lists(layer) -> list[list[int]]:
+    return [np.asarray(h).tolist() for h in layer]
+
+
+def test_chunkkv_keeps_the_chunks_with_the_highest_mean_score(llama):
+    _, observations = llama
+    for ratio in RATIOS:
+        for obs, got in zip(
+            observations, kept(observations, "chunkkv-knorm", ratio, chunk_length=7), strict=True
+        ):
+            per_position = knorm(keys_of(obs)).sum(axis=0)
+            starts = list(range(0, N_TOKENS, 7))
+            means = np.array([per_position[s : s + 7].mean() for s in starts])
+            chosen = top(means, max(1, int(len(starts) * (1 - (1 - ratio)))))
+            want = sorted(t for c in chosen for t in range(starts[c], min(starts[c] + 7, N_TOKENS)))
+            assert got.tolist() == want
+
+
+def test_chunkkv_scores_snapkv_window_as_kvpress_pads_it(llama):
+    _, observations = llama
+    ranking = selection.rank(observations, "chunkkv")
+    for layer, got in zip(ranking.layers, selection.select(ranking, 0.25), strict=True):
+        padded = layer.scores.astype(np.float64).copy()
+        window = np.arange(N_TOKENS - 64, N_TOKENS)
+        padded[:, window] = np.delete(layer.scores, window, axis=1).max() + 1
+        means = np.array([padded.sum(0)[s : s + 20].mean() for s in range(0, N_TOKENS, 20)])
+        chosen = top(means, int(5 * 0.25))
+        assert got.tolist() == sorted(t for c in chosen for t in range(20 * c, min(20 * c + 20, N_TOKENS)))
+
+
+def output_norms(model, layer: int, obs) -> np.ndarray:
+    """‖W_o,h·v‖₁ averaged over each GQA group, from the model's own o_proj weights."""
+    weight = np.array(model.layers[layer].self_attn.o_proj.weight).astype(np.float64)
+    values = values_of(obs)
+    head_dim, group = values.shape[-1], obs.n_q_heads // obs.n_kv_heads
+    per_q = [
+        np.abs(values[h // group] @ weight[:, h * head_dim : (h + 1) * head_dim].T).sum(-1)
+        for h in range(obs.n_q_heads)
+    ]
+    return np.array(per_q).reshape(obs.n_kv_heads, group, -1).mean(axis=1)
+
+
+def two_stages(scores, norms, first: list[int], n: int) -> list[int]:
+    rescaled = (scores + 1e-4) * norms
+    rest = [t for t in np.argsort(-rescaled, kind="stable") if t not in set(first)]
+    return sorted([*first, *rest[: n - len(first)]])
+
+
+def test_criticalkv_keeps_first_stage_then_rescaled_scores(llama):
+    model, observations = llama
+    for ratio in RATIOS:
+        got = kept(observations, "criticalkv-knorm", ratio)
+        for layer, obs in enumerate(observations):
+            scores, norms = knorm(keys_of(obs)), output_norms(model, layer, obs)
+            first = max(1, int((1 - (1 - ratio)) * N_TOKENS * 0.5))
+            n = n_kept(N_TOKENS, ratio)
+            want = [two_stages(scores[h], norms[h], top(scores[h], first), n) for h in range(obs.n_kv_heads)]
+            assert as_lists(got[layer]) == want
+
+
+def test_critical_adakv_spreads_budgets_then_two_stages(llama):
+    model, observations = llama
+    for ratio in RATIOS:
+        got = kept(observations, "critical_adakv-knorm", ratio)
+        for layer, obs in enumerate(observations):
+            scores, norms = knorm(keys_of(obs)), output_norms(model, layer, obs)
+            n, heads = n_kept(N_TOKENS, ratio), obs.n_kv_heads
+            safe = max(1, int(n * 0.2))
+            priority = scores.copy()
+            for h in range(heads):
+                priority[h, top(scores[h], safe)] = np.inf
+            slots = sorted((-priority[h, t], h * N_TOKENS + t) for h in range(heads) for t in range(N_TOKENS))
+            budgets = np.bincount([s // N_TOKENS for _, s in slots[: n * heads]], minlength=heads)
+            want = [
+                two_stages(scores[h], norms[h], top(priority[h], max(safe, int(b * 0.5))), int(b))
+                for h, b in enumerate(budgets)
+            ]
+            assert as_lists(got[layer]) == want
+            assert sum(budgets) == n * heads
+
+
+def test_chunk_compresses_each_chunk_with_its_own_keydiff(llama):
+    _, observations = llama
+    for ratio in RATIOS:
+        got = kept(observations, "chunk-keydiff", ratio, chunk_length=24)
+        for layer, obs in enumerate(observations):
+            k = keys_of(obs)
+            for h in range(obs.n_kv_heads):
+                want = []
+                for s in range(0, N_TOKENS, 24):
+                    part = keydiff(k[h : h + 1, s : s + 24])[0]
+                    want += [s + t for t in top(part, max(1, int(len(part) * (1 - (1 - ratio)))))]
+                assert got[layer][h].tolist() == sorted(want)
+
+
+def test_block_rescores_kept_plus_each_block(llama):
+    _, observations = llama
+    for ratio in RATIOS:
+        got = kept(observations, "block-keydiff", ratio, block_size=16)
+        n = n_kept(N_TOKENS, ratio)
+        for layer, obs in enumerate(observations):
+            k = keys_of(obs)
+            for h in range(obs.n_kv_heads):
+                keep = list(range(n))
+                for s in range(n, N_TOKENS, 16):
+                    current = keep + list(range(s, min(s + 16, N_TOKENS)))
+                    scores = keydiff(k[h : h + 1, current])[0]
+                    keep = [current[i] for i in np.argsort(-scores, kind="stable")[:n]]
+                assert got[layer][h].tolist() == sorted(keep)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        ("chunk-snapkv", {}, "needs a scorer of keys and values alone.*use chunk-knorm"),
+        ("block-h2o", {}, "needs a scorer of keys and values alone"),
+        ("chunkkv-tova", {}, "needs a per-head scorer"),
+        (
+            "chunk-knorm",
+            {"chunk_length": 1024},
+            "chunk_length 1024 is longer than the prompt .90 tokens.: set",
+        ),
+        ("chunkkv", {"chunk_length": 91}, "chunk_length 91 is longer than the prompt"),
+    ],
+)
+def test_bad_parameters_say_how_to_fix_them(llama, name, params, message):
+    _, observations = llama
+    with pytest.raises(ValueError, match=message):
+        kept(observations, name, 0.25, **params)
+
+
+WRAPPERS = {"chunkkv": [], "criticalkv": [], "critical_adakv": [], "chunk": ["chunk_length=16"], "block": []}
+
+
+@pytest.mark.parametrize("name", WRAPPERS)
+def test_kvlens_compress_runs_each_wrapper(name, model_dirs, prompt_file, tmp_path, capsys):
+    from kvcore.cli.main import main
+
+    argv = [
+        "compress",
+        "--model",
+        str(model_dirs["llama"]),
+        "--prompt-file",
+        str(prompt_file),
+        "--tokens",
+        "2",
+    ]
+    argv += ["--method", name, "--ratio", "0.25", "--positions", str(tmp_path / "kept.json"), "--json"]
+    argv += [a for p in WRAPPERS[name] for a in ("--param", p)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert (tmp_path / "kept.json").exists()
