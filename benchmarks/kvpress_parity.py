@@ -29,7 +29,14 @@ from kvcore.atomic import write_text
 
 PROMPTS = ("dict_lookup", "needle_in_code", "long_identifier")
 #: Parameters KV Lens runs a method with, the same values kvpress_reference.py gives its press.
-PARAMS: dict[str, dict[str, Any]] = {}
+PARAMS: dict[str, dict[str, Any]] = {"chunk-keydiff": {"chunk_length": 256}}
+
+
+def _params(method: str, ratio: float, n_layers: int) -> dict[str, Any]:
+    """PARAMS, and per_layer_compression's ratios as kvpress_reference.layer_ratios sets them (mean r)."""
+    if method.startswith("per_layer_compression"):
+        return {"layer_ratios": tuple(ratio * (0.5 + layer / (n_layers - 1)) for layer in range(n_layers))}
+    return PARAMS.get(method, {})
 
 
 def write_ids(path: Path) -> None:
@@ -64,7 +71,7 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
     for name, entries in by_prompt.items():
         session.prefill(prompts[name]["ids"]["paper"], 1, chat_template=False)
         for method, schedule, ratio, theirs in entries:
-            params = PARAMS.get(method, {})
+            params = _params(method, ratio, len(theirs))
             state = session.compress(CompressionConfig(method, ratio, schedule=schedule, params=params))
             scores = session.ranking(state.config).layers
             for layer, heads in enumerate(theirs):

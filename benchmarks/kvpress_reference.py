@@ -38,6 +38,12 @@ def _snapkv(kvpress):
     return kvpress.SnapKVPress(window_size=64, kernel_size=5)
 
 
+def layer_ratios(ratio: float, n_layers: int) -> list[float]:
+    """per_layer_compression's parity setting: from r/2 in the first layer to 3r/2 in the last (mean r); the same
+    rule is in kvpress_parity.py (this script imports nothing of KV Lens)."""
+    return [ratio * (0.5 + layer / (n_layers - 1)) for layer in range(n_layers)]
+
+
 def _presses(kvpress):
     """KV Lens method name -> (kvpress press factory, attention implementation it needs)."""
     return {
@@ -56,6 +62,9 @@ def _presses(kvpress):
         "chunkkv": (lambda: kvpress.ChunkKVPress(_snapkv(kvpress), chunk_length=20), "sdpa"),
         "criticalkv": (lambda: kvpress.CriticalKVPress(_snapkv(kvpress)), "sdpa"),
         "critical_adakv": (lambda: kvpress.CriticalAdaKVPress(_snapkv(kvpress)), "sdpa"),
+        "chunk-keydiff": (lambda: kvpress.ChunkPress(kvpress.KeyDiffPress(), chunk_length=256), "sdpa"),
+        "block": (lambda: kvpress.BlockPress(kvpress.KeyDiffPress(), block_size=128), "sdpa"),
+        "per_layer_compression": (lambda: kvpress.PerLayerCompressionPress(_snapkv(kvpress), [0.0]), "sdpa"),
     }
 
 
@@ -132,7 +141,11 @@ def main(argv: list[str] | None = None) -> int:
                 ids = torch.tensor([id_list], device=device)
                 for ratio in ratios:
                     press = factory()
-                    press.compression_ratio = 1.0 - ratio
+                    if isinstance(press, kvpress.PerLayerCompressionPress):
+                        n_layers = model.config.num_hidden_layers
+                        press.compression_ratios = [1.0 - r for r in layer_ratios(ratio, n_layers)]
+                    else:
+                        press.compression_ratio = 1.0 - ratio
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"
                     result["kept"][key] = _kept(model, press, ids, torch, DynamicCache)
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)

@@ -37,6 +37,8 @@ class MethodParameters(QWidget):
         self._none = QLabel("none", objectName="noParametersLabel")
         self._spins = {}
         for p in parameters:
+            if p.kind is tuple:  # a list (one number per layer) has no spin box: set it with --param
+                continue
             spin = self._spin(p)
             spin.setValue(self._values.setdefault(p.name, p.default))
             spin.valueChanged.connect(lambda value, name=p.name: self._edited(name, value))

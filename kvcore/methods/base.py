@@ -47,6 +47,9 @@ class Method:
 
     def __post_init__(self) -> None:
         for p in self.own_parameters():
+            value = getattr(self, p.name)
+            if p.kind is tuple and isinstance(value, list):  # from a JSON session or CSV: hashable again
+                object.__setattr__(self, p.name, tuple(value))
             p.check(self.name, getattr(self, p.name))
 
     @classmethod

@@ -165,6 +165,18 @@ def test_block_rescores_kept_plus_each_block(llama):
                 assert got[layer][h].tolist() == sorted(keep)
 
 
+def test_per_layer_compression_keeps_each_layers_own_ratio(llama):
+    _, observations = llama
+    ratios = (0.1, 0.3, 0.5, 0.7)
+    got = kept(observations, "per_layer_compression-knorm", 0.25, layer_ratios=list(ratios))
+    for obs, layer, r in zip(observations, got, ratios, strict=True):
+        scores = knorm(keys_of(obs))
+        assert as_lists(layer) == [top(scores[h], n_kept(N_TOKENS, r)) for h in range(obs.n_kv_heads)]
+    plain = kept(observations, "knorm", 0.25)
+    for a, b in zip(kept(observations, "per_layer_compression-knorm", 0.25), plain, strict=True):
+        np.testing.assert_array_equal(a, b)  # no list: the run's ratio everywhere
+
+
 @pytest.mark.parametrize(
     ("name", "params", "message"),
     [
@@ -177,6 +189,12 @@ def test_block_rescores_kept_plus_each_block(llama):
             "chunk_length 1024 is longer than the prompt .90 tokens.: set",
         ),
         ("chunkkv", {"chunk_length": 91}, "chunk_length 91 is longer than the prompt"),
+        (
+            "per_layer_compression",
+            {"layer_ratios": (0.5, 0.5)},
+            "has 2 values but the model has 4 layers: give",
+        ),
+        ("per_layer_compression", {"layer_ratios": (0.5, 0.0)}, r"ratio must be in \(0, 1\]"),
     ],
 )
 def test_bad_parameters_say_how_to_fix_them(llama, name, params, message):
@@ -185,7 +203,14 @@ def test_bad_parameters_say_how_to_fix_them(llama, name, params, message):
         kept(observations, name, 0.25, **params)
 
 
-WRAPPERS = {"chunkkv": [], "criticalkv": [], "critical_adakv": [], "chunk": ["chunk_length=16"], "block": []}
+WRAPPERS = {
+    "chunkkv": [],
+    "criticalkv": [],
+    "critical_adakv": [],
+    "chunk": ["chunk_length=16"],
+    "block": [],
+    "per_layer_compression": ["layer_ratios=0.1,0.2,0.3,0.4"],
+}
 
 
 @pytest.mark.parametrize("name", WRAPPERS)
