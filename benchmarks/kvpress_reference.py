@@ -65,6 +65,7 @@ def _presses(kvpress):
         "chunk-keydiff": (lambda: kvpress.ChunkPress(kvpress.KeyDiffPress(), chunk_length=256), "sdpa"),
         "block": (lambda: kvpress.BlockPress(kvpress.KeyDiffPress(), block_size=128), "sdpa"),
         "per_layer_compression": (lambda: kvpress.PerLayerCompressionPress(_snapkv(kvpress), [0.0]), "sdpa"),
+        "snapkv+knorm": (lambda: kvpress.ComposedPress([_snapkv(kvpress), kvpress.KnormPress()]), "sdpa"),
     }
 
 
@@ -144,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
                     if isinstance(press, kvpress.PerLayerCompressionPress):
                         n_layers = model.config.num_hidden_layers
                         press.compression_ratios = [1.0 - r for r in layer_ratios(ratio, n_layers)]
+                    elif isinstance(
+                        press, kvpress.ComposedPress
+                    ):  # each stage keeps r^(1/k), as KV Lens's chain
+                        for stage in press.presses:
+                            stage.compression_ratio = 1.0 - ratio ** (1 / len(press.presses))
                     else:
                         press.compression_ratio = 1.0 - ratio
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"

@@ -188,7 +188,7 @@ class CompressionConfig:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.method not in available():
-            raise ValueError(f"unknown method {self.method!r}; available: {', '.join(available())}")
+            get_method(self.method)  # ValueError naming the problem and the fix; A+B chains are not listed
         if not isinstance(self.ratio, int | float) or not 0.0 < self.ratio <= 1.0:
             raise ValueError(f"ratio must be in (0, 1], got {self.ratio!r}")
         if self.quant not in available_schemes():

@@ -177,6 +177,20 @@ def test_per_layer_compression_keeps_each_layers_own_ratio(llama):
         np.testing.assert_array_equal(a, b)  # no list: the run's ratio everywhere
 
 
+def test_composed_chain_scores_what_the_first_stage_kept(llama):
+    _, observations = llama
+    for ratio in RATIOS:
+        got = kept(observations, "knorm+keydiff", ratio)
+        step = ratio ** (1 / 2)
+        for obs, layer in zip(observations, got, strict=True):
+            k = keys_of(obs)
+            for h in range(obs.n_kv_heads):
+                first = top(knorm(k)[h], n_kept(N_TOKENS, step))
+                second = keydiff(k[h : h + 1, first])[0]
+                want = [first[i] for i in top(second, n_kept(len(first), step))]
+                assert layer[h].tolist() == sorted(want)
+
+
 @pytest.mark.parametrize(
     ("name", "params", "message"),
     [
@@ -210,6 +224,7 @@ WRAPPERS = {
     "chunk": ["chunk_length=16"],
     "block": [],
     "per_layer_compression": ["layer_ratios=0.1,0.2,0.3,0.4"],
+    "snapkv+knorm": [],
 }
 
 
