@@ -66,6 +66,7 @@ def _presses(kvpress):
         "block": (lambda: kvpress.BlockPress(kvpress.KeyDiffPress(), block_size=128), "sdpa"),
         "per_layer_compression": (lambda: kvpress.PerLayerCompressionPress(_snapkv(kvpress), [0.0]), "sdpa"),
         "snapkv+knorm": (lambda: kvpress.ComposedPress([_snapkv(kvpress), kvpress.KnormPress()]), "sdpa"),
+        "key_rerotation": (lambda: kvpress.KeyRerotationPress(_snapkv(kvpress)), "sdpa"),
     }
 
 
@@ -73,8 +74,13 @@ def _layer_keys(cache, layer: int):
     return cache.layers[layer].keys if hasattr(cache, "layers") else cache.key_cache[layer]
 
 
-def _kept(model, press, ids, torch, cache_cls) -> list[list[list[int]]]:
-    """[layer][kv-head] sorted kept positions of one pressed prefill."""
+def _layer_values(cache, layer: int):
+    return cache.layers[layer].values if hasattr(cache, "layers") else cache.value_cache[layer]
+
+
+def _kept(model, press, ids, torch, cache_cls, by_values: bool = False) -> list[list[list[int]]]:
+    """[layer][kv-head] sorted kept positions of one pressed prefill (by_values: match the kept values, for a
+    press that rotates the keys it keeps)."""
     with torch.no_grad():
         dense = cache_cls()
         model.model(input_ids=ids, past_key_values=dense)
@@ -92,7 +98,11 @@ def _kept(model, press, ids, torch, cache_cls) -> list[list[list[int]]]:
             out.append([torch.nonzero(keep[h]).flatten().tolist() for h in range(n_heads)])
             layer.self_attn.masked_key_indices = None
             continue
-        kept = _layer_keys(pressed, i)[0].float()  # [H, n, D]
+        if by_values:
+            ref = _layer_values(dense, i)[0].float()
+            kept = _layer_values(pressed, i)[0].float()
+        else:
+            kept = _layer_keys(pressed, i)[0].float()  # [H, n, D]
         nearest = torch.cdist(kept, ref).argmin(dim=-1)  # [H, n]
         out.append([sorted(nearest[h].tolist()) for h in range(nearest.shape[0])])
     return out
@@ -153,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         press.compression_ratio = 1.0 - ratio
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"
-                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache)
+                    by_values = method.startswith("key_rerotation")
+                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache, by_values)
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)
     partial = args.out.with_name(
         f".{args.out.name}.partial"

@@ -585,6 +585,7 @@ class Session:
         else:
             on_device = device_select(ranking, selection) if selects_on_device() else None
             cache = caches.select_positions(source, selection, validate=False, device_indices=on_device)
+        cache = config.method_instance.store(cache, self.model)
         recompress_ms = (time.perf_counter() - start) * 1e3
         kept = self._kept_mask(selection, self.n_compressible(config.schedule), observed.cache)
         fixed = {

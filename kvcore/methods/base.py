@@ -105,6 +105,11 @@ class Method:
         """Per-layer budgets when the method sets its own (per_layer_compression); None: the shared rules."""
         return None
 
+    def store(self, cache: list[Any], model: Any) -> list[Any]:
+        """The compressed cache as this method stores it (key_rerotation re-rotates the kept keys); by default the
+        kept rows as they were."""
+        return cache
+
     def choose(self, pick: Pick) -> np.ndarray | list[np.ndarray]:
         """Kept positions of one layer (`chooses` methods): [H_kv, n] or [n] sorted, or H_kv ragged arrays."""
         raise NotImplementedError

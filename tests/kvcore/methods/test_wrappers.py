@@ -191,6 +191,38 @@ def test_composed_chain_scores_what_the_first_stage_kept(llama):
                 assert layer[h].tolist() == sorted(want)
 
 
+def rotate_half_rope(x: np.ndarray, delta: np.ndarray, base: float) -> np.ndarray:
+    """Non-traditional RoPE (halves rotated together) of rows x [n, D] through angles delta · base^(−2j/D)."""
+    half = x.shape[-1] // 2
+    theta = delta[:, None] * base ** (-np.arange(half) * 2 / x.shape[-1])
+    a, b = x[:, :half], x[:, half:]
+    return np.concatenate(
+        [a * np.cos(theta) - b * np.sin(theta), a * np.sin(theta) + b * np.cos(theta)], axis=1
+    )
+
+
+def test_key_rerotation_stores_rotated_keys_and_still_generates(model_dirs):
+    from kvcore.engine.session import CompressionConfig, Session
+
+    session = Session.load(str(model_dirs["llama"]))
+    ids = [int(t) for t in np.random.default_rng(6).integers(1, session.model.args.vocab_size, 60)]
+    session.prefill(ids, 3, chat_template=False)
+    plain = session.compress(CompressionConfig("knorm", 0.25, schedule="paper"))
+    moved = session.compress(CompressionConfig("key_rerotation-knorm", 0.25, schedule="paper"))
+    np.testing.assert_array_equal(moved.kept, plain.kept)
+    assert moved.bytes_compressed == plain.bytes_compressed  # the same rows, rotated in place
+    for layer, (a, b) in enumerate(zip(plain.cache, moved.cache, strict=True)):
+        kept = [np.flatnonzero(plain.kept[layer, h]) for h in range(2)]
+        n = len(kept[0])
+        np.testing.assert_array_equal(np.array(b.values[0, :, :n]), np.array(a.values[0, :, :n]))
+        for h in range(2):
+            dense = np.array(a.keys[0, h, :n]).astype(np.float64)
+            want = rotate_half_rope(dense, np.arange(n) - kept[h], 10000.0)
+            np.testing.assert_allclose(np.array(b.keys[0, h, :n]), want, rtol=1e-4, atol=1e-4)
+    tokens = session.continuation(moved, 3)
+    assert len(tokens) == 3
+
+
 @pytest.mark.parametrize(
     ("name", "params", "message"),
     [
@@ -225,6 +257,7 @@ WRAPPERS = {
     "block": [],
     "per_layer_compression": ["layer_ratios=0.1,0.2,0.3,0.4"],
     "snapkv+knorm": [],
+    "key_rerotation": [],
 }
 
 
