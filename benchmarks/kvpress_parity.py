@@ -29,7 +29,11 @@ from kvcore.atomic import write_text
 
 PROMPTS = ("dict_lookup", "needle_in_code", "long_identifier")
 #: Parameters KV Lens runs a method with, the same values kvpress_reference.py gives its press.
-PARAMS: dict[str, dict[str, Any]] = {"chunk-keydiff": {"chunk_length": 256}}
+PARAMS: dict[str, dict[str, Any]] = {
+    "chunk-keydiff": {"chunk_length": 256},
+    "simlayerkv": {"lazy_threshold": 0.6, "n_recent": 256},
+    "dms": {"threshold": 0.001},
+}
 
 
 def _params(method: str, ratio: float, n_layers: int) -> dict[str, Any]:

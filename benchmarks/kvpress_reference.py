@@ -67,6 +67,8 @@ def _presses(kvpress):
         "per_layer_compression": (lambda: kvpress.PerLayerCompressionPress(_snapkv(kvpress), [0.0]), "sdpa"),
         "snapkv+knorm": (lambda: kvpress.ComposedPress([_snapkv(kvpress), kvpress.KnormPress()]), "sdpa"),
         "key_rerotation": (lambda: kvpress.KeyRerotationPress(_snapkv(kvpress)), "sdpa"),
+        "simlayerkv": (lambda: kvpress.SimLayerKVPress(lazy_threshold=0.6, n_recent=256), "sdpa"),
+        "dms": (lambda: kvpress.DMSPress(_snapkv(kvpress), threshold=0.001), "sdpa"),
     }
 
 
@@ -160,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
                     ):  # each stage keeps r^(1/k), as KV Lens's chain
                         for stage in press.presses:
                             stage.compression_ratio = 1.0 - ratio ** (1 / len(press.presses))
-                    else:
+                    elif not isinstance(
+                        press, (kvpress.SimLayerKVPress, kvpress.DMSPress)
+                    ):  # they set their own
                         press.compression_ratio = 1.0 - ratio
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"
                     by_values = method.startswith("key_rerotation")

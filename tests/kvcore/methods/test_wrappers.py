@@ -223,6 +223,51 @@ def test_key_rerotation_stores_rotated_keys_and_still_generates(model_dirs):
     assert len(tokens) == 3
 
 
+def last_query_attention(obs, n_last: int) -> np.ndarray:
+    """Mean over query heads and the last n_last queries of their causal softmax over the prompt (float64)."""
+    q = np.array(obs.window_queries[:, -n_last:]).astype(np.float64) * obs.scale
+    k = keys_of(obs)
+    group = obs.n_q_heads // obs.n_kv_heads
+    rows = []
+    for h in range(obs.n_q_heads):
+        logits = q[h] @ k[h // group].T  # [n_last, T]
+        logits[np.arange(N_TOKENS)[None, :] > np.arange(N_TOKENS - n_last, N_TOKENS)[:, None]] = -np.inf
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        rows.append(p / p.sum(axis=1, keepdims=True))
+    return np.mean(rows, axis=(0, 1))
+
+
+def test_simlayerkv_keeps_initial_and_recent_in_lazy_layers_only(llama):
+    _, observations = llama
+    shares = []
+    for obs in observations:
+        before = last_query_attention(obs, 2)[: N_TOKENS - 2]
+        shares.append(before[:4].sum() + before[-20:].sum())
+    threshold = float(np.median(shares))
+    got = kept(observations, "simlayerkv", 0.25, lazy_threshold=threshold, n_last=2, n_recent=20)
+    lazy = []
+    for share, layer in zip(shares, got, strict=True):
+        want = [*range(4), *range(N_TOKENS - 18, N_TOKENS)] if share > threshold else list(range(N_TOKENS))
+        assert layer.tolist() == want
+        lazy.append(share > threshold)
+    assert any(lazy) and not all(lazy)
+    assert all(
+        len(layer) == N_TOKENS for layer in kept(observations, "simlayerkv", 0.25)
+    )  # 1.0: no layer lazy
+
+
+def test_dms_evicts_below_the_threshold_outside_the_window(llama):
+    _, observations = llama
+    threshold = float(np.median(knorm(keys_of(observations[0]))[:, : N_TOKENS - 16]))
+    got = kept(observations[:1], "dms-knorm", 0.25, threshold=threshold, sliding_window_size=16)[0]
+    scores = knorm(keys_of(observations[0]))
+    for h in range(2):
+        want = [t for t in range(N_TOKENS - 16) if scores[h, t] >= threshold] + list(
+            range(N_TOKENS - 16, N_TOKENS)
+        )
+        assert got[h].tolist() == want
+
+
 @pytest.mark.parametrize(
     ("name", "params", "message"),
     [
@@ -258,6 +303,8 @@ WRAPPERS = {
     "per_layer_compression": ["layer_ratios=0.1,0.2,0.3,0.4"],
     "snapkv+knorm": [],
     "key_rerotation": [],
+    "simlayerkv": ["lazy_threshold=0.5", "n_recent=8"],
+    "dms": ["sliding_window_size=8", "threshold=1.0"],
 }
 
 
