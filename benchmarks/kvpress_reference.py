@@ -38,6 +38,9 @@ def _snapkv(kvpress):
     return kvpress.SnapKVPress(window_size=64, kernel_size=5)
 
 
+FINCH_WINDOW = 64  # KV Lens's finch window (its default, kvcore.defaults.DEFAULT_WINDOW)
+
+
 def layer_ratios(ratio: float, n_layers: int) -> list[float]:
     """per_layer_compression's parity setting: from r/2 in the first layer to 3r/2 in the last (mean r); the same
     rule is in kvpress_parity.py (this script imports nothing of KV Lens)."""
@@ -69,6 +72,8 @@ def _presses(kvpress):
         "key_rerotation": (lambda: kvpress.KeyRerotationPress(_snapkv(kvpress)), "sdpa"),
         "simlayerkv": (lambda: kvpress.SimLayerKVPress(lazy_threshold=0.6, n_recent=256), "sdpa"),
         "dms": (lambda: kvpress.DMSPress(_snapkv(kvpress), threshold=0.001), "sdpa"),
+        # finch reads its window from a delimiter token, added to a model of its own (FINCH_WINDOW before the end)
+        "finch": (kvpress.FinchPress, "sdpa+delimiter"),
     }
 
 
@@ -80,15 +85,17 @@ def _layer_values(cache, layer: int):
     return cache.layers[layer].values if hasattr(cache, "layers") else cache.value_cache[layer]
 
 
-def _kept(model, press, ids, torch, cache_cls, by_values: bool = False) -> list[list[list[int]]]:
+def _kept(
+    model, press, ids, torch, cache_cls, by_values: bool = False, pressed_ids=None
+) -> list[list[list[int]]]:
     """[layer][kv-head] sorted kept positions of one pressed prefill (by_values: match the kept values, for a
-    press that rotates the keys it keeps)."""
+    press that rotates the keys it keeps; pressed_ids: the pressed run's input, finch's with its delimiter)."""
     with torch.no_grad():
         dense = cache_cls()
         model.model(input_ids=ids, past_key_values=dense)
         pressed = cache_cls()
         with press(model):
-            model.model(input_ids=ids, past_key_values=pressed)
+            model.model(input_ids=ids if pressed_ids is None else pressed_ids, past_key_values=pressed)
     out = []
     for i, layer in enumerate(model.model.layers):
         ref = _layer_keys(dense, i)[0].float()  # [H, T, D]
@@ -146,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         factory, attention = presses[method]
         if attention not in models:
             models[attention] = AutoModelForCausalLM.from_pretrained(
-                args.model, torch_dtype=torch.float32, attn_implementation=attention
+                args.model, torch_dtype=torch.float32, attn_implementation=attention.split("+")[0]
             ).to(device)
+            if attention.endswith("+delimiter"):  # one new token id, dropped from the input by finch's hook
+                models[attention].resize_token_embeddings(models[attention].config.vocab_size + 1)
         model = models[attention]
         for prompt in prompts:
             for schedule, id_list in prompt["ids"].items():
@@ -167,8 +176,17 @@ def main(argv: list[str] | None = None) -> int:
                     ):  # they set their own
                         press.compression_ratio = 1.0 - ratio
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"
-                    by_values = method.startswith("key_rerotation")
-                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache, by_values)
+                    by_values = method.startswith(("key_rerotation", "finch"))
+                    pressed_ids = None
+                    if isinstance(press, kvpress.FinchPress):
+                        press.delimiter_token_id = model.config.vocab_size - 1
+                        cut = len(id_list) - FINCH_WINDOW
+                        pressed_ids = torch.tensor(
+                            [[*id_list[:cut], press.delimiter_token_id, *id_list[cut:]]]
+                        )
+                    result["kept"][key] = _kept(
+                        model, press, ids, torch, DynamicCache, by_values, pressed_ids
+                    )
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)
     partial = args.out.with_name(
         f".{args.out.name}.partial"

@@ -29,6 +29,28 @@ def rerotated(keys: mx.array, positions: np.ndarray, rope: Any) -> mx.array:
     return rope(rows, offset=mx.array(delta)).reshape(n_heads, n, head_dim)
 
 
+def rerotate_cache(cache: list[Any], model: Any, label: str) -> list[Any]:
+    """Every compressed layer's kept keys re-rotated in place to positions 0..n-1 (a fresh cache: the source is
+    untouched); ValueError naming the fix for quantized or ragged keys or a model without rope modules."""
+    layers = getattr(model, "layers", None)
+    for i, layer in enumerate(cache):
+        selection = getattr(layer, "_selection_np", None)
+        if selection is None:
+            continue
+        rope = getattr(getattr(layers[i], "self_attn", None), "rope", None) if layers is not None else None
+        if not isinstance(layer, SparseKVCache) or rope is None or layer.is_ragged:
+            raise ValueError(
+                f"{label} re-rotates unquantized keys through the layer's rope with the same count per "
+                "kv-head: compress without key quantization, on a model whose attention has a rope module"
+            )
+        n = selection.shape[1]
+        keys = layer.keys
+        kept = rerotated(keys[0, :, :n], selection, rope)
+        layer.keys = mx.concatenate([kept[None], keys[:, :, n:]], axis=2) if keys.shape[2] > n else kept[None]
+    mx.eval([c.keys for c in cache if isinstance(c, SparseKVCache)])
+    return cache
+
+
 @dataclass(frozen=True)
 class KeyRerotation(Wrapper):
     name = "key_rerotation"
@@ -37,24 +59,4 @@ class KeyRerotation(Wrapper):
     budget = "uniform"
 
     def store(self, cache: list[Any], model: Any) -> list[Any]:
-        layers = getattr(model, "layers", None)
-        for i, layer in enumerate(cache):
-            selection = getattr(layer, "_selection_np", None)
-            if selection is None:
-                continue
-            rope = (
-                getattr(getattr(layers[i], "self_attn", None), "rope", None) if layers is not None else None
-            )
-            if not isinstance(layer, SparseKVCache) or rope is None or layer.is_ragged:
-                raise ValueError(
-                    f"{self.label} re-rotates unquantized keys through the layer's rope with the same count per "
-                    "kv-head: compress without key quantization, on a model whose attention has a rope module"
-                )
-            n = selection.shape[1]
-            keys = layer.keys
-            kept = rerotated(keys[0, :, :n], selection, rope)
-            layer.keys = (
-                mx.concatenate([kept[None], keys[:, :, n:]], axis=2) if keys.shape[2] > n else kept[None]
-            )
-        mx.eval([c.keys for c in cache if isinstance(c, SparseKVCache)])
-        return cache
+        return rerotate_cache(cache, model, self.label)

@@ -268,6 +268,41 @@ def test_dms_evicts_below_the_threshold_outside_the_window(llama):
         assert got[h].tolist() == want
 
 
+def finch_scores(obs, window: int) -> np.ndarray:
+    """The window's causal attention rows times their positions, averaged over the window and each GQA group."""
+    q = np.array(obs.window_queries[:, -window:]).astype(np.float64) * obs.scale
+    k = keys_of(obs)
+    group = obs.n_q_heads // obs.n_kv_heads
+    votes = []
+    for h in range(obs.n_q_heads):
+        logits = q[h] @ k[h // group].T
+        positions = np.arange(N_TOKENS - window, N_TOKENS)
+        logits[np.arange(N_TOKENS)[None, :] > positions[:, None]] = -np.inf
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        votes.append((p[:, : N_TOKENS - window] * positions[:, None]).mean(axis=0))
+    return np.array(votes).reshape(obs.n_kv_heads, group, -1).mean(axis=1)
+
+
+def test_finch_keeps_the_question_and_its_position_weighted_votes(llama):
+    _, observations = llama
+    for ratio, chunk in ((0.5, 0), (0.5, 40)):
+        got = kept(observations, "finch", ratio, window=16, chunk_length=chunk)
+        for obs, layer in zip(observations, got, strict=True):
+            votes = finch_scores(obs, 16)
+            padded = np.concatenate([votes, np.full((obs.n_kv_heads, 16), votes.max() + 1)], axis=1)
+            for h in range(obs.n_kv_heads):
+                if not chunk:
+                    want = top(padded[h], n_kept(N_TOKENS, ratio))
+                else:
+                    want = [
+                        s + t
+                        for s in range(0, N_TOKENS, chunk)
+                        for t in top(padded[h, s : s + chunk], n_kept(len(padded[h, s : s + chunk]), ratio))
+                    ]
+                assert layer[h].tolist() == sorted(want)
+
+
 @pytest.mark.parametrize(
     ("name", "params", "message"),
     [
@@ -305,6 +340,7 @@ WRAPPERS = {
     "key_rerotation": [],
     "simlayerkv": ["lazy_threshold=0.5", "n_recent=8"],
     "dms": ["sliding_window_size=8", "threshold=1.0"],
+    "finch": ["window=8"],
 }
 
 
