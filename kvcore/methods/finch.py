@@ -3,7 +3,7 @@
 SnapKV's vote with the question as the window: the prompt is context + question, and the question's `window`
 tokens (kvpress finds them after a delimiter token) score the context. Each query's attention row is multiplied by
 its position (FINCH's normalisation for the number of keys it sees), averaged over the window and the GQA group,
-without pooling; the window is kept. Top n per kv-head (or per chunk of `chunk_length`), then the kept keys are
+without pooling; the window is kept. Top n per kv-head (or per chunk of `selection_chunk`, kvpress's chunk_length), then the kept keys are
 re-rotated to contiguous positions (`kvcore.methods.key_rerotation`).
 """
 
@@ -34,7 +34,9 @@ class Finch(Method):
     normalize_scores: int = param(
         1, "1: each query's attention times its position (FINCH); 0: plain", minimum=0, maximum=1
     )
-    chunk_length: int = param(0, "0: one selection over the prompt; N: top of each chunk of N", minimum=0)
+    selection_chunk: int = param(
+        0, "0: one selection over the prompt; N: top of each chunk of N (kvpress: chunk_length)", minimum=0
+    )
     rerotate_keys: int = param(
         1, "1: kept keys re-rotated to contiguous positions; 0: stored as they were", minimum=0, maximum=1
     )
@@ -53,17 +55,17 @@ class Finch(Method):
 
     def choose(self, pick: Pick) -> np.ndarray:
         n_heads, n_tokens = pick.scores.shape
-        if not self.chunk_length:
+        if not self.selection_chunk:
             return np.sort(pick.order[:, : pick.n], axis=1).astype(np.int32)
-        if self.chunk_length <= self.window / pick.ratio:
+        if self.selection_chunk <= self.window / pick.ratio:
             raise ValueError(
-                f"finch: chunk_length {self.chunk_length} must exceed window / ratio = {self.window / pick.ratio:g} "
-                "(each chunk must hold more than the window it keeps): raise chunk_length or use 0 (no chunks)"
+                f"finch: selection_chunk {self.selection_chunk} must exceed window / ratio = {self.window / pick.ratio:g} "
+                "(each chunk must hold more than the window it keeps): raise selection_chunk or use 0 (no chunks)"
             )
         scores = padded_scores(pick.scores, self.always_kept(n_tokens))
         kept = []
-        for start in range(0, n_tokens, self.chunk_length):
-            part = scores[:, start : start + self.chunk_length]
+        for start in range(0, n_tokens, self.selection_chunk):
+            part = scores[:, start : start + self.selection_chunk]
             n = max(1, int(part.shape[1] * (1 - (1 - pick.ratio))))
             kept.append(start + np.argsort(-part, axis=1, kind="stable")[:, :n])
         return np.sort(np.concatenate(kept, axis=1), axis=1).astype(np.int32)

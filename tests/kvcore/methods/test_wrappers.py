@@ -287,7 +287,7 @@ def finch_scores(obs, window: int) -> np.ndarray:
 def test_finch_keeps_the_question_and_its_position_weighted_votes(llama):
     _, observations = llama
     for ratio, chunk in ((0.5, 0), (0.5, 40)):
-        got = kept(observations, "finch", ratio, window=16, chunk_length=chunk)
+        got = kept(observations, "finch", ratio, window=16, selection_chunk=chunk)
         for obs, layer in zip(observations, got, strict=True):
             votes = finch_scores(obs, 16)
             padded = np.concatenate([votes, np.full((obs.n_kv_heads, 16), votes.max() + 1)], axis=1)
