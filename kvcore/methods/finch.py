@@ -3,8 +3,8 @@
 SnapKV's vote with the question as the window: the prompt is context + question, and the question's `window`
 tokens (kvpress finds them after a delimiter token) score the context. Each query's attention row is multiplied by
 its position (FINCH's normalisation for the number of keys it sees), averaged over the window and the GQA group,
-without pooling; the window is kept. Top n per kv-head (or per chunk of `selection_chunk`, kvpress's chunk_length), then the kept keys are
-re-rotated to contiguous positions (`kvcore.methods.key_rerotation`).
+without pooling; the window is kept. Top n per kv-head (or per chunk of `selection_chunk`, kvpress's
+chunk_length), then the kept keys are re-rotated to contiguous positions (`kvcore.methods.key_rerotation`).
 """
 
 from __future__ import annotations

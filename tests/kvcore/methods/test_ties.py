@@ -42,8 +42,9 @@ def test_knorm_keeps_the_lowest_positions_among_exact_ties():
 
 
 @pytest.mark.parametrize(
-    "method", [m for m in available() if not get(m).wraps or m in ("adakv", "adakv-knorm")]
-)  # the other wrappers: tests/kvcore/methods/test_wrappers.py runs each once through the CLI
+    "method",
+    [m for m in available() if not (get(m).wraps or get(m).chooses) or m in ("adakv", "adakv-knorm")],
+)  # the other wrappers and the methods that pick their own positions (stable sorts): test_wrappers.py runs each
 def test_compress_positions_files_are_byte_identical_five_times(method, model_dirs, tmp_path, capsys):
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("x = x + 1\n" * 30)  # repeated tokens: tied keys in the low layers
