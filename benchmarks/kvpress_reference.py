@@ -81,15 +81,22 @@ def _layer_keys(cache, layer: int):
     return cache.layers[layer].keys if hasattr(cache, "layers") else cache.key_cache[layer]
 
 
-def _layer_values(cache, layer: int):
-    return cache.layers[layer].values if hasattr(cache, "layers") else cache.value_cache[layer]
+def _record_rerotated(kvpress) -> None:
+    """Re-rotated keys no longer match their dense rows (and in layer 0 a repeated token's copies are identical
+    up to RoPE), so the positions kvpress re-rotates are read where it passes them: `rerotate_keys`'s indices,
+    kept on the attention module (key_rerotation, finch)."""
+    original = kvpress.KeyRerotationPress.rerotate_keys
+
+    def recording(module, indices, keys):
+        module.kvlens_rerotated = indices[0].tolist()
+        return original(module, indices, keys)
+
+    kvpress.KeyRerotationPress.rerotate_keys = staticmethod(recording)
 
 
-def _kept(
-    model, press, ids, torch, cache_cls, by_values: bool = False, pressed_ids=None
-) -> list[list[list[int]]]:
-    """[layer][kv-head] sorted kept positions of one pressed prefill (by_values: match the kept values, for a
-    press that rotates the keys it keeps; pressed_ids: the pressed run's input, finch's with its delimiter)."""
+def _kept(model, press, ids, torch, cache_cls, pressed_ids=None) -> list[list[list[int]]]:
+    """[layer][kv-head] sorted kept positions of one pressed prefill (pressed_ids: the pressed run's input,
+    finch's with its delimiter)."""
     with torch.no_grad():
         dense = cache_cls()
         model.model(input_ids=ids, past_key_values=dense)
@@ -107,11 +114,12 @@ def _kept(
             out.append([torch.nonzero(keep[h]).flatten().tolist() for h in range(n_heads)])
             layer.self_attn.masked_key_indices = None
             continue
-        if by_values:
-            ref = _layer_values(dense, i)[0].float()
-            kept = _layer_values(pressed, i)[0].float()
-        else:
-            kept = _layer_keys(pressed, i)[0].float()  # [H, n, D]
+        rerotated = getattr(layer.self_attn, "kvlens_rerotated", None)
+        if rerotated is not None:
+            out.append([sorted(h) for h in rerotated])
+            layer.self_attn.kvlens_rerotated = None
+            continue
+        kept = _layer_keys(pressed, i)[0].float()  # [H, n, D]
         nearest = torch.cdist(kept, ref).argmin(dim=-1)  # [H, n]
         out.append([sorted(nearest[h].tolist()) for h in range(nearest.shape[0])])
     return out
@@ -139,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = json.loads(args.ids.read_text())
     ratios = [float(r) for r in args.ratios.split(",")]
     presses = _presses(kvpress)
+    _record_rerotated(kvpress)
     chosen = [m for m in (args.methods.split(",") if args.methods else presses) if m]
     models = {}
     result = {
@@ -176,7 +185,6 @@ def main(argv: list[str] | None = None) -> int:
                     ):  # they set their own
                         press.compression_ratio = 1.0 - ratio
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"
-                    by_values = method.startswith(("key_rerotation", "finch"))
                     pressed_ids = None
                     if isinstance(press, kvpress.FinchPress):
                         press.delimiter_token_id = model.config.vocab_size - 1
@@ -184,9 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                         pressed_ids = torch.tensor(
                             [[*id_list[:cut], press.delimiter_token_id, *id_list[cut:]]]
                         )
-                    result["kept"][key] = _kept(
-                        model, press, ids, torch, DynamicCache, by_values, pressed_ids
-                    )
+                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache, pressed_ids)
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)
     partial = args.out.with_name(
         f".{args.out.name}.partial"
