@@ -126,6 +126,7 @@ class Pick:
     n: int  # the layer's budget per kv-head
     ratio: float
     layer: int
+    score_range: tuple[float, float]  # lowest and highest score over every ranked layer
 
 
 def window_param() -> Any:

@@ -35,11 +35,11 @@ class DMS(Wrapper):
         n_heads, n_tokens = pick.scores.shape
         start = max(n_tokens - self.sliding_window_size, 0)
         older = pick.scores[:, :start]
-        if older.size and not older.min() <= self.threshold <= older.max():
+        low, high = pick.score_range
+        if not low <= self.threshold <= high:
             raise ValueError(
-                f"{self.label}: threshold {self.threshold:g} is outside layer {pick.layer}'s scores "
-                f"({older.min():.4g} to {older.max():.4g}), so it evicts all or nothing: pick one in that range "
-                "(--param threshold=X)"
+                f"{self.label}: threshold {self.threshold:g} is outside every layer's scores ({low:.4g} to "
+                f"{high:.4g}), so it evicts all or nothing: pick one in that range (--param threshold=X)"
             )
         kept = []
         for h in range(n_heads):

@@ -153,13 +153,18 @@ def select(
         raise ValueError(f"adakv needs per-head selection with a per-head scorer, got {method.name!r} shared")
     if method.chooses and not per_head and not method.shared_across_heads:
         raise ValueError(f"{method.label} picks positions per kv-head: select per head (per_head=True)")
+    ranked = [r.scores for r in ranking.layers if r is not None]
+    bounds = (
+        (min(float(s.min()) for s in ranked), max(float(s.max()) for s in ranked)) if ranked else (0.0, 0.0)
+    )
     out: list[LayerSelection] = []
     for i, (layer, n) in enumerate(zip(ranking.layers, layer_budgets(ranking, ratio), strict=True)):
         if layer is None:
             out.append(None)
         elif method.chooses:
             obs = ranking.observations[i]
-            out.append(method.choose(Pick(obs, layer.scores, layer.order, layer.auxiliary, n, ratio, i)))
+            pick = Pick(obs, layer.scores, layer.order, layer.auxiliary, n, ratio, i, bounds)
+            out.append(method.choose(pick))
         elif method.keeps_everything:
             out.append(np.arange(ranking.n_tokens, dtype=np.int32))
         elif not per_head or method.shared_across_heads:
