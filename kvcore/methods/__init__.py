@@ -23,11 +23,12 @@ def _classes() -> dict[str, type[Method]]:
 
 @cache
 def available() -> tuple[str, ...]:
-    """Every name `get` accepts: the scorers (full first, then by name), then each wrapper bare and over each
-    per-head scorer."""
+    """Every name `get` accepts but `A+B` chains: the scorers (full first, then by name, those that pick their own
+    positions last), then each wrapper bare and over each scorer it can wrap."""
     classes = _classes()
     scorers = sorted(
-        (n for n, c in classes.items() if not c.wraps), key=lambda n: (not classes[n].keeps_everything, n)
+        (n for n, c in classes.items() if not c.wraps),
+        key=lambda n: (not classes[n].keeps_everything, classes[n].chooses, n),
     )
     names = list(scorers)
     for wrapper in sorted(n for n, c in classes.items() if c.wraps):
@@ -40,9 +41,7 @@ def get(name: str, **values: Any) -> Method:
     """The method called `name` with these parameters (the others at their defaults); ValueError naming the
     allowed names or parameters otherwise. `A+B` chains methods (kvcore.methods.composed)."""
     if "+" in name:
-        from kvcore.methods.composed import chain
-
-        method = chain(name, get)
+        method = _classes()["composed"].chain(name, get)  # type: ignore[attr-defined]
         return method.with_values(**values) if values else method
     wrapper, _, inner = name.partition("-")
     classes = _classes()

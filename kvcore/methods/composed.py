@@ -18,25 +18,15 @@ import numpy as np
 
 from kvcore.capture.prefill import LayerObservation
 from kvcore.declared import Parameter
-from kvcore.methods import budgets
 from kvcore.methods.base import Method, Pick
+from kvcore.methods.budgets import n_kept
+from kvcore.methods.knorm import KNorm
+from kvcore.methods.snapkv import SnapKV
 from kvcore.methods.wrapper import subset
 
 
 def _default_stages() -> tuple[Method, ...]:
-    from kvcore.methods import get
-
-    return (get("snapkv"), get("knorm"))
-
-
-def chain(name: str, get: Callable[[str], Method]) -> Composed:
-    """The `A+B+...` chain; ValueError naming the fix for an empty, unknown or unchainable member."""
-    parts = name.split("+")
-    if len(parts) < 2 or not all(p.strip() for p in parts):
-        raise ValueError(
-            f"{name!r} chains nothing after or before a '+': name two methods or more, as snapkv+knorm"
-        )
-    return Composed(stages=tuple(get(p.strip()) for p in parts))
+    return (SnapKV(), KNorm())
 
 
 @dataclass(frozen=True)
@@ -46,6 +36,17 @@ class Composed(Method):
     chooses = True
 
     stages: tuple[Method, ...] = dataclasses.field(default_factory=_default_stages)
+
+    @classmethod
+    def chain(cls, name: str, get: Callable[[str], Method]) -> Composed:
+        """The `A+B+...` chain (`get` builds each member); ValueError naming the fix for an empty, unknown or
+        unchainable member."""
+        parts = name.split("+")
+        if len(parts) < 2 or not all(p.strip() for p in parts):
+            raise ValueError(
+                f"{name!r} chains nothing after or before a '+': name two methods or more, as snapkv+knorm"
+            )
+        return cls(stages=tuple(get(p.strip()) for p in parts))
 
     def __post_init__(self) -> None:
         label = "+".join(s.label for s in self.stages)
@@ -105,10 +106,10 @@ class Composed(Method):
     def choose(self, pick: Pick) -> np.ndarray:
         n_heads, n_tokens = pick.scores.shape
         step = pick.ratio ** (1 / len(self.stages))
-        kept = pick.order[:, : budgets.n_kept(n_tokens, step)]
+        kept = pick.order[:, : n_kept(n_tokens, step)]
         for stage in self.stages[1:]:
             kept = np.sort(kept, axis=1)
             scores = np.array(stage.scores(subset(pick.obs, kept), pick.layer), np.float32)
-            n = budgets.n_kept(kept.shape[1], step)
+            n = n_kept(kept.shape[1], step)
             kept = np.take_along_axis(kept, np.argsort(-scores, axis=1, kind="stable")[:, :n], axis=1)
         return np.sort(kept, axis=1).astype(np.int32)

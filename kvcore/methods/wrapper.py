@@ -30,9 +30,7 @@ class Wrapper(Method):
 
     def __post_init__(self) -> None:
         if self.inner is None:
-            from kvcore.methods import get
-
-            object.__setattr__(self, "inner", get(self.default_inner))
+            raise ValueError(f"{self.name} wraps a method: build it with kvcore.methods.get({self.name!r})")
         why = self.refusal(type(self.inner))
         if why is not None:
             raise ValueError(why)
