@@ -230,6 +230,8 @@ class CompressionConfig:
         for name in _BOUND:  # `--param window=32` and a dict from a file set the field
             if name in params:
                 object.__setattr__(self, name, params.pop(name))
+        # a list parameter (from a JSON session) as a tuple, so the config stays hashable
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
         object.__setattr__(self, "params", tuple(sorted(params.items())))
         method = get_method(self.method)
         bound = {

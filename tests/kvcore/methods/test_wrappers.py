@@ -303,6 +303,17 @@ def test_finch_keeps_the_question_and_its_position_weighted_votes(llama):
                 assert layer[h].tolist() == sorted(want)
 
 
+def test_a_list_parameter_survives_a_json_round_trip():
+    import json
+
+    from kvcore.engine.session import CompressionConfig
+
+    config = CompressionConfig("per_layer_compression", 0.25, params={"layer_ratios": (0.1, 0.2, 0.3, 0.4)})
+    again = CompressionConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert again == config and hash(again) == hash(config)
+    assert again.method_instance.values()["layer_ratios"] == (0.1, 0.2, 0.3, 0.4)
+
+
 @pytest.mark.parametrize(
     ("name", "params", "message"),
     [
