@@ -28,6 +28,19 @@ from benchmarks.common import ROOT
 from kvcore.atomic import write_text
 
 PROMPTS = ("dict_lookup", "needle_in_code", "long_identifier")
+#: Parameters KV Lens runs a method with, the same values kvpress_reference.py gives its press.
+PARAMS: dict[str, dict[str, Any]] = {
+    "chunk-keydiff": {"chunk_length": 256},
+    "simlayerkv": {"lazy_threshold": 0.6, "n_recent": 256},
+    "dms": {"threshold": 0.001},
+}
+
+
+def _params(method: str, ratio: float, n_layers: int) -> dict[str, Any]:
+    """PARAMS, and per_layer_compression's ratios as kvpress_reference.layer_ratios sets them (mean r)."""
+    if method.startswith("per_layer_compression"):
+        return {"layer_ratios": tuple(ratio * (0.5 + layer / (n_layers - 1)) for layer in range(n_layers))}
+    return PARAMS.get(method, {})
 
 
 def write_ids(path: Path) -> None:
@@ -64,7 +77,8 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
         # h2o's sums free the prompt queries that non_causal_attention and compactor read: h2o's methods last.
         entries.sort(key=lambda entry: "h2o" in entry[0])
         for method, schedule, ratio, theirs in entries:
-            state = session.compress(CompressionConfig(method, ratio, schedule=schedule))
+            params = _params(method, ratio, len(theirs))
+            state = session.compress(CompressionConfig(method, ratio, schedule=schedule, params=params))
             scores = session.ranking(state.config).layers
             for layer, heads in enumerate(theirs):
                 for head, positions in enumerate(heads):

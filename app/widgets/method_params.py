@@ -37,6 +37,11 @@ class MethodParameters(QWidget):
         self._none = QLabel("none", objectName="noParametersLabel")
         self._spins = {}
         for p in parameters:
+            if (
+                p.kind is tuple
+            ):  # a list (one number per layer) has no spin box: its value is kept, set by --param
+                self._values.setdefault(p.name, p.default)
+                continue
             spin = self._spin(p)
             spin.setValue(self._values.setdefault(p.name, p.default))
             spin.valueChanged.connect(lambda value, name=p.name: self._edited(name, value))

@@ -80,6 +80,9 @@ class LayerObservation:
     rope: Any = (
         None  # the layer's own rope module (un-rotates cached keys: leverage, compactor); None if untapped
     )
+    #: the layer's attention output projection (the model's `o_proj` module, not a copy), for criticalkv's
+    #: ‖W_o·v‖₁; None where the architecture names it otherwise
+    output_proj: Any = None
 
     @property
     def n_tokens(self) -> int:
@@ -327,6 +330,7 @@ def prefill_with_capture(
                 on_progress(b, total)
     result = _result(cache, layer_of, recorder.states, skipped, logits)
     result.forward_calls, result.n_tokens, result.before_last = calls, total, before_last
+    _attach_output_projections(model, [result, before_last])
     for r in (result, before_last):
         if r is not None:
             r.h2o_mode = "lazy" if h2o == "lazy" else "eager" if h2o else "off"
@@ -336,6 +340,20 @@ def prefill_with_capture(
         ]
         _observe_keys(before_last, before_last.cache)
     return result
+
+
+def _attach_output_projections(model: nn.Module, results: list[CaptureResult | None]) -> None:
+    """Point each observation at its layer's `self_attn.o_proj` (mlx-lm's name in llama, qwen, mistral, phi3,
+    gemma): the observer sees attention's inputs, not the module, so the model is where the weights are."""
+    layers = getattr(model, "layers", None)
+    if layers is None:
+        return
+    for r in results:
+        if r is None:
+            continue
+        for obs, layer in zip(r.observations, layers, strict=False):
+            if obs is not None and not obs.latent:
+                obs.output_proj = getattr(getattr(layer, "self_attn", None), "o_proj", None)
 
 
 def _check_ids(ids: list[int], vocab_size: Any) -> None:

@@ -326,6 +326,11 @@ def _param_pair(text: str) -> tuple[str, int | float]:
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. beta=10)")
+    if "," in value:  # a list parameter, one number per layer (per_layer_compression's layer_ratios)
+        try:
+            return name.strip(), tuple(float(v) for v in value.split(",") if v.strip())  # type: ignore[return-value]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a list of numbers") from None
     try:
         return name.strip(), int(value)
     except ValueError:

@@ -227,7 +227,7 @@ class CompressionConfig:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.method not in available():
-            raise ValueError(f"unknown method {self.method!r}; available: {', '.join(available())}")
+            get_method(self.method)  # ValueError naming the problem and the fix; A+B chains are not listed
         if not isinstance(self.ratio, int | float) or not 0.0 < self.ratio <= 1.0:
             raise ValueError(f"ratio must be in (0, 1], got {self.ratio!r}")
         scheme = get_scheme(self.quant)  # one-line ValueError for an unknown name or parameter
@@ -272,6 +272,8 @@ class CompressionConfig:
         for name in _BOUND:  # `--param window=32` and a dict from a file set the field
             if name in params:
                 object.__setattr__(self, name, params.pop(name))
+        # a list parameter (from a JSON session) as a tuple, so the config stays hashable
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
         object.__setattr__(self, "params", tuple(sorted(params.items())))
         method = get_method(self.method)
         bound = {
@@ -645,6 +647,7 @@ class Session:
             )
         else:
             cache = self._select_and_pack(config, ranking, selection)
+        cache = config.method_instance.store(cache, self.model)
         recompress_ms = (time.perf_counter() - start) * 1e3
         kept = self._kept_mask(selection, self.n_compressible(config.schedule), observed.cache)
         fixed = {
