@@ -50,7 +50,13 @@ def get(name: str, **values: Any) -> Method:
         if why is not None:
             raise ValueError(why)
     if name not in available():
-        raise ValueError(f"unknown method {name!r}; available: {', '.join(available())}")
+        bare = [n for n in available() if "-" not in n]
+        plain = ", ".join(n for n in bare if not classes[n].wraps)
+        wrappers = ", ".join(n for n in bare if classes[n].wraps)
+        raise ValueError(
+            f"unknown method {name!r}; methods: {plain}; wrappers (bare, or WRAPPER-METHOD as adakv-h2o): "
+            f"{wrappers}; chains: A+B (snapkv+knorm); `kvlens methods` lists them all"
+        )
     cls = classes[wrapper] if wrapper in classes and classes[wrapper].wraps else None
     method = classes[name]() if cls is None else cls(inner=classes[inner or cls.default_inner]())
     return method.with_values(**values) if values else method
