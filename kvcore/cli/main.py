@@ -75,9 +75,9 @@ class _Parser(argparse.ArgumentParser):
     def format_help(self) -> str:
         """List the method names under --method / --methods (imported only for --help: it loads MLX)."""
         if any(a.dest in ("method", "methods") for a in self._actions):
-            from kvcore.methods import available
+            from kvcore.methods import summary
 
-            names = textwrap.fill(", ".join(available()), width=100, break_on_hyphens=False)
+            names = textwrap.fill(summary(), width=100, break_on_hyphens=False)
             self.epilog = f"methods ('kvlens methods' defines each):\n{textwrap.indent(names, '  ')}"
             self.formatter_class = argparse.RawDescriptionHelpFormatter
         return super().format_help()

@@ -61,17 +61,18 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
 
 def _run_spec(args: argparse.Namespace) -> Any:
     """The run the arguments ask for; ValueError with the fix before the model loads."""
-    from kvcore.methods import available
+    from kvcore.methods import get
     from kvcore.probes.ruler import tasks
     from kvcore.probes.ruler.run import RulerRun
     from kvcore.probes.ruler.table import DENSE
 
     methods = tuple(dict.fromkeys(m.strip() for m in args.methods.split(",") if m.strip()))
     for m in methods:
-        if m != DENSE and m not in available():
-            raise ValueError(
-                f"--methods: unknown method {m!r}; use {DENSE} or one of {', '.join(available())}"
-            )
+        if m != DENSE:
+            try:
+                get(m)
+            except ValueError as error:
+                raise ValueError(f"--methods: {error} (or {DENSE}, the uncompressed cache)") from None
     try:
         ratios = tuple(dict.fromkeys(float(r) for r in args.ratios.split(",") if r.strip()))
     except ValueError:

@@ -12,7 +12,7 @@ from typing import Any
 from kvcore.declared import Parameter, discover
 from kvcore.methods.base import Method
 
-__all__ = ["Method", "Parameter", "available", "describe", "get"]
+__all__ = ["Method", "Parameter", "available", "describe", "get", "summary"]
 
 
 @cache
@@ -50,16 +50,22 @@ def get(name: str, **values: Any) -> Method:
         if why is not None:
             raise ValueError(why)
     if name not in available():
-        bare = [n for n in available() if "-" not in n]
-        plain = ", ".join(n for n in bare if not classes[n].wraps)
-        wrappers = ", ".join(n for n in bare if classes[n].wraps)
-        raise ValueError(
-            f"unknown method {name!r}; methods: {plain}; wrappers (bare, or WRAPPER-METHOD as adakv-h2o): "
-            f"{wrappers}; chains: A+B (snapkv+knorm); `kvlens methods` lists them all"
-        )
+        raise ValueError(f"unknown method {name!r}; {summary()}; `kvlens methods` lists them all")
     cls = classes[wrapper] if wrapper in classes and classes[wrapper].wraps else None
     method = classes[name]() if cls is None else cls(inner=classes[inner or cls.default_inner]())
     return method.with_values(**values) if values else method
+
+
+def summary() -> str:
+    """The names in short, for refusals and --help: the methods, the wrappers (each bare or over a method), chains."""
+    classes = _classes()
+    bare = [n for n in available() if "-" not in n]
+    plain = ", ".join(n for n in bare if not classes[n].wraps)
+    wrappers = ", ".join(n for n in bare if classes[n].wraps)
+    return (
+        f"methods: {plain}; wrappers (bare, or WRAPPER-METHOD as adakv-h2o): {wrappers}; "
+        "chains: A+B (snapkv+knorm)"
+    )
 
 
 def describe(name: str) -> str:
