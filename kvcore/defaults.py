@@ -129,3 +129,6 @@ LAZY_QUERY_SHARE = 0.25
 
 #: Environment variable that switches kvcore's CUDA kernels off ("0"), for side-by-side runs against the MLX path.
 FUSED_KERNELS_ENV = "KVLENS_FUSED_KERNELS"
+#: h2o_online (Zhang et al. 2023): the share of a decoding budget kept as the recent window; the rest are heavy
+#: hitters (the paper splits its cache evenly between the two).
+H2O_RECENT_SHARE = 0.5
