@@ -175,6 +175,11 @@ class DecodingRun:
     compressions: list[Compression] = field(default_factory=list)
     start_rows: list[int] = field(default_factory=list)
     start_bytes: int = 0
+    #: [layer][kv_head] the positions the state held before decoding (None for a layer stored whole), and how many
+    #: positions were written before it: the k-th token appended sits at position n_start + k − 1.
+    start_kept: list[list[list[int]] | None] = field(default_factory=list)
+    n_start: int = 0
+    interrupted: bool = False  # Ctrl-C stopped the decode: `tokens` holds what was generated until then
 
     @property
     def max_cache_tokens(self) -> int:
@@ -221,6 +226,8 @@ def decode_with_policy(
     cache = caches.copy_cache(state.cache)
     run = DecodingRun(policy, [], start_rows=_rows(cache), start_bytes=caches.cache_tensor_bytes(cache))
     evictor = _Evictor(policy, run, cache, session, state, keep_scores)
+    run.n_start = evictor.n_start
+    run.start_kept = [None if p is None else [q.tolist() for q in p] for p in map(_positions, cache)]
     cache = evictor.evict(cache, 0)
     if state.config.schedule == "paper":
         feed, run.tokens = session.dense_tokens[0], [session.dense_tokens[0]]
@@ -230,6 +237,25 @@ def decode_with_policy(
         raise Cancelled(f"generation cancelled after {len(run.tokens)} of {n} tokens")
     # Pipelined as Session._greedy: step i + 1 is queued before token i is read back. An eviction waits for the
     # queued step (its gathers read the rows that step wrote), then the next step runs on the evicted cache.
+    # Ctrl-C (KeyboardInterrupt) ends the decode with what was generated (`interrupted`); a cancel raises.
+    try:
+        _decode(session, cache, policy, run, evictor, feed, n, should_cancel, on_progress)
+    except KeyboardInterrupt:
+        run.interrupted = True
+    return run
+
+
+def _decode(
+    session: Any,
+    cache: list[Any],
+    policy: DecodingPolicy,
+    run: DecodingRun,
+    evictor: _Evictor,
+    feed: int,
+    n: int,
+    should_cancel: Callable[[], bool] | None,
+    on_progress: Callable[[int, int], None] | None,
+) -> None:
     with evictor.observing():
         pending = _step(session, cache, mx.array([[feed]])) if len(run.tokens) < n else None
         appended = 0
@@ -247,7 +273,6 @@ def decode_with_policy(
             if following is not None and should_cancel is not None and should_cancel():
                 raise Cancelled(f"generation cancelled after {len(run.tokens)} of {n} tokens")
             pending = following
-    return run
 
 
 def _step(session: Any, cache: list[Any], y: mx.array) -> mx.array:
