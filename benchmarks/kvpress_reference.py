@@ -91,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         "--ratios", default="0.25,0.5", help="retention ratios r (kvpress compression_ratio = 1 - r)"
     )
     p.add_argument("--methods", default="", help="comma-separated subset of the methods (default: all)")
+    p.add_argument(
+        "--decoding",
+        action="store_true",
+        help="--ids is `kvpress_parity --decoding --write-ids` output: run DecodingPress on its generated ids",
+    )
     args = p.parse_args(argv)
     _stub_missing("datasets", "fire", "cachetools")
     import kvpress
@@ -112,6 +117,15 @@ def main(argv: list[str] | None = None) -> int:
         "kept": {},
     }
     start = time.perf_counter()
+    if args.decoding:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import kvpress_decoding_reference
+
+        model = AutoModelForCausalLM.from_pretrained(
+            args.model, torch_dtype=torch.float32, attn_implementation="sdpa"
+        ).to(device)
+        result["kept"] = kvpress_decoding_reference.run(model, prompts, kvpress, torch, DynamicCache)
+        chosen = []
     for method in chosen:
         factory, attention = presses[method]
         if attention not in models:

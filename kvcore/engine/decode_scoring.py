@@ -102,8 +102,15 @@ def float_rows(layer: Any) -> tuple[mx.array, mx.array]:
 class Rescorer:
     """One decode's re-scoring state: the method, and for h2o_online the accumulated attention of every held row."""
 
-    def __init__(self, name: str, prompt: list[LayerObservation | None], alpha: float = ADAKV_ALPHA) -> None:
+    def __init__(
+        self,
+        name: str,
+        prompt: list[LayerObservation | None],
+        alpha: float = ADAKV_ALPHA,
+        window: int | None = None,
+    ) -> None:
         self.name = name
+        self.window = window
         self.online = name == H2O_ONLINE
         self.method: Method | None = None if self.online else get(name)
         self.alpha = alpha
@@ -216,7 +223,8 @@ class Rescorer:
         if self.reads_queries and n_q == 0:
             raise ValueError(f"{method.label} re-scores from recent queries and none were recorded")
         if "window" in method.values():
-            method = method.with_values(window=max(1, min(method.values()["window"], n_q)))
+            window = method.values()["window"] if self.window is None else self.window
+            method = method.with_values(window=max(1, min(window, n_q)))
         if all(len(r) == len(rows[0]) for r in rows) and all(np.array_equal(r, rows[0]) for r in rows):
             obs = _observation(keys[:, : len(rows[0])], values[:, : len(rows[0])], queries, n_kv, scale)
             out = np.array(method.scores(obs, 0), dtype=np.float32)

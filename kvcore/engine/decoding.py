@@ -64,6 +64,12 @@ class DecodingPolicy:
     interval: int = DEFAULT_DECODE_INTERVAL
     n_sink: int = DEFAULT_N_SINK
     ratio: float | None = None
+    #: The observation window of snapkv and the methods built on it (None: the method's own, 64), capped at the
+    #: queries recorded since the last check.
+    window: int | None = None
+    #: Evict a state above the target before the first token (the bound budget + interval from the start);
+    #: False checks only every `interval` tokens, as kvpress's DecodingPress (parity).
+    evict_before_decoding: bool = True
 
     def __post_init__(self) -> None:
         if self.method not in DECODE_METHODS:
@@ -78,6 +84,8 @@ class DecodingPolicy:
             raise ValueError(
                 "give a decoding budget (rows per kv-head) or a ratio of the positions seen, not both"
             )
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"decoding window must be at least 1 query, got {self.window}")
         if self.ratio is not None and not 0.0 < self.ratio < 1.0:
             raise ValueError(
                 f"decoding ratio must be in (0, 1) (the share of positions kept), got {self.ratio}"
@@ -228,7 +236,10 @@ def decode_with_policy(
     evictor = _Evictor(policy, run, cache, session, state, keep_scores)
     run.n_start = evictor.n_start
     run.start_kept = [None if p is None else [q.tolist() for q in p] for p in map(_positions, cache)]
-    cache = evictor.evict(cache, 0)
+    if policy.evict_before_decoding:
+        cache = evictor.evict(cache, 0)
+    elif evictor.rescorer is not None:  # h2o_online still starts from the prompt's sums
+        evictor.seed(cache)
     if state.config.schedule == "paper":
         feed, run.tokens = session.dense_tokens[0], [session.dense_tokens[0]]
     else:
@@ -296,7 +307,9 @@ class _Evictor:
         self.rescorer = None
         self.buffer = None
         if policy.rescores:
-            self.rescorer = Rescorer(policy.method, session.observations(state.config.schedule))
+            self.rescorer = Rescorer(
+                policy.method, session.observations(state.config.schedule), window=policy.window
+            )
             self.buffer = QueryBuffer(cache) if self.rescorer.reads_queries else None
         first = next((c for c in cache if _positions(c) is not None), None)
         self.n_start = 0 if first is None else int(first.offset)  # positions written before decoding
@@ -357,6 +370,14 @@ class _Evictor:
             )
         )
         return cache
+
+    def seed(self, cache: list[Any]) -> None:
+        """The re-scoring state before decoding, without an eviction."""
+        assert self.rescorer is not None
+        for i, layer in enumerate(cache):
+            positions = _positions(layer)
+            if positions is not None:
+                self.rescorer.seed(i, layer, positions)
 
     def _prompt_scale(self, layer: int) -> float:
         assert self.rescorer is not None
