@@ -124,8 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         model = AutoModelForCausalLM.from_pretrained(
             args.model, torch_dtype=torch.float32, attn_implementation="sdpa"
         ).to(device)
-        result["kept"] = kvpress_decoding_reference.run(model, prompts, kvpress, torch, DynamicCache)
-        chosen = []
+        entries = [e for e in prompts if not args.methods or e["name"] in args.methods.split(",")]
+        for entry in entries:  # written after each policy: a long CPU run keeps what it finished
+            result["kept"].update(
+                kvpress_decoding_reference.run(model, [entry], kvpress, torch, DynamicCache)
+            )
+            _write(args.out, result)
+        return 0
     for method in chosen:
         factory, attention = presses[method]
         if attention not in models:
@@ -142,12 +147,14 @@ def main(argv: list[str] | None = None) -> int:
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"
                     result["kept"][key] = _kept(model, press, ids, torch, DynamicCache)
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)
-    partial = args.out.with_name(
-        f".{args.out.name}.partial"
-    )  # torch's venv has no kvcore: temp file + rename
-    partial.write_text(json.dumps(result))
-    os.replace(partial, args.out)
+    _write(args.out, result)
     return 0
+
+
+def _write(out: Path, result: dict) -> None:
+    partial = out.with_name(f".{out.name}.partial")  # torch's venv has no kvcore: temp file + rename
+    partial.write_text(json.dumps(result))
+    os.replace(partial, out)
 
 
 if __name__ == "__main__":

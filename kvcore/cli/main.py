@@ -192,7 +192,8 @@ def _add_decoding(s: argparse.ArgumentParser) -> None:
         "--decode-method",
         help="a decoding-time policy that evicts while the model writes: streaming_llm (the --n-sink sinks and "
         "the most recent tokens), knorm, snapkv, tova, keydiff, adakv, adakv-snapkv, adakv-knorm, adakv-keydiff "
-        "(re-scoring the cache from the latest tokens' queries) or h2o_online (H2O's accumulated attention)",
+        "(re-scoring the cache from the latest tokens' queries), h2o_online (H2O's accumulated attention) or dms "
+        "(--decode-budget is its sliding window; older keys scoring −‖k‖ below --decode-threshold are evicted)",
     )
     size = s.add_mutually_exclusive_group()
     size.add_argument("--decode-budget", type=int, help="with --decode-method: rows kept per kv-head")
@@ -208,6 +209,7 @@ def _add_decoding(s: argparse.ArgumentParser) -> None:
         default=DEFAULT_DECODE_INTERVAL,
         help=f"with --decode-method: generated tokens between evictions (default {DEFAULT_DECODE_INTERVAL})",
     )
+    s.add_argument("--decode-threshold", type=float, help="with --decode-method dms: the score threshold")
     s.add_argument(
         "--timeline",
         type=Path,
@@ -233,7 +235,9 @@ def _decoding_policy(args: argparse.Namespace) -> Any:
     from kvcore.engine.decoding import DecodingPolicy
 
     try:
-        return DecodingPolicy(method, budget, args.decode_interval, args.n_sink, ratio)
+        return DecodingPolicy(
+            method, budget, args.decode_interval, args.n_sink, ratio, threshold=args.decode_threshold
+        )
     except ValueError as exc:
         raise UsageError(f"--decode-*: {exc}") from None
 
@@ -735,6 +739,7 @@ def _decode_summary(
         "decode_budget": policy.budget,
         "decode_ratio": policy.ratio,
         "decode_interval": policy.interval,
+        "decode_threshold": policy.threshold,
         "decode_tokens": len(run.tokens),
         "decode_interrupted": run.interrupted,
         "decode_compressions": len(run.compressions),

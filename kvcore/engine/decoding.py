@@ -13,6 +13,9 @@ Policies:
 - the re-scoring policies of `kvcore.engine.decode_scoring`: snapkv, tova, keydiff and adakv over the cache's rows
   and the queries of the latest tokens (kvpress's DecodingPress), and `h2o_online` (H2O's accumulated attention
   with its recent window).
+- `dms` (kvpress's DMSPress with decoding=True, over knorm's scores: Łańcucki et al. 2025 without the trained
+  evictor): the newest `budget` rows are a sliding window; an older row is evicted once its score −‖k‖ is below
+  `threshold`. The cache then has no fixed size: it keeps every older row that scores at or above the threshold.
 
 The target is `budget` rows per kv-head, or with `ratio` (kvpress's CompressionRatioDecodingPress, whose
 target_compression_ratio is 1 − ratio) kvpress's int(n_seen · ratio), at least 1, of the n_seen positions written
@@ -38,7 +41,7 @@ from kvcore.methods.budgets import n_kept
 from kvcore.model import attention
 
 #: The decoding policies, by name.
-DECODE_METHODS = ("streaming_llm", "knorm", *RESCORING_METHODS, H2O_ONLINE)
+DECODE_METHODS = ("streaming_llm", "knorm", *RESCORING_METHODS, H2O_ONLINE, "dms")
 
 __all__ = [
     "DECODE_METHODS",
@@ -70,6 +73,8 @@ class DecodingPolicy:
     #: Evict a state above the target before the first token (the bound budget + interval from the start);
     #: False checks only every `interval` tokens, as kvpress's DecodingPress (parity).
     evict_before_decoding: bool = True
+    #: dms: rows older than the sliding window (`budget`) scoring below this are evicted.
+    threshold: float | None = None
 
     def __post_init__(self) -> None:
         if self.method not in DECODE_METHODS:
@@ -83,6 +88,12 @@ class DecodingPolicy:
         if (self.budget is None) == (self.ratio is None):
             raise ValueError(
                 "give a decoding budget (rows per kv-head) or a ratio of the positions seen, not both"
+            )
+        if (self.method == "dms") != (self.threshold is not None):
+            raise ValueError("a score threshold goes with dms (and dms needs one): give both or neither")
+        if self.method == "dms" and self.budget is None:
+            raise ValueError(
+                "dms's budget is its sliding window (rows always kept): give a budget, not a ratio"
             )
         if self.window is not None and self.window < 1:
             raise ValueError(f"decoding window must be at least 1 query, got {self.window}")
@@ -116,6 +127,7 @@ class DecodingPolicy:
     def label(self) -> str:
         """One line: method, target and interval (progress bars, reports)."""
         size = f"budget={self.budget}" if self.budget is not None else f"ratio={self.ratio:g}"
+        size += f" threshold={self.threshold:g}" if self.threshold is not None else ""
         return f"{self.method} {size} every {self.interval}"
 
     def keep_rows(
@@ -129,7 +141,22 @@ class DecodingPolicy:
             return None
         if self.method == "streaming_llm":
             return [self._rolling(p, target) for p in positions]
+        if self.method == "dms":
+            return self._above_threshold(layer, positions, target)
         return self._lowest_norms(layer, positions, target)
+
+    def _above_threshold(
+        self, layer: Any, positions: list[np.ndarray], window: int
+    ) -> list[np.ndarray] | None:
+        """dms: the last `window` rows, and the older ones whose score −‖k‖ is at or above the threshold. A key's
+        score never changes, so judging a row again at a later check gives the same answer (kvpress judges each
+        once, as it leaves the window: the same rows, at most `interval` tokens later here)."""
+        out = []
+        for norm in _key_norms(layer, positions):
+            rows = np.arange(len(norm))
+            older = rows[: max(0, len(norm) - window)]
+            out.append(np.concatenate([older[-norm[older] >= self.threshold], rows[len(older) :]]))
+        return None if all(len(k) == len(p) for k, p in zip(out, positions, strict=True)) else out
 
     def _rolling(self, pos: np.ndarray, target: int) -> np.ndarray:
         rows = np.arange(len(pos))

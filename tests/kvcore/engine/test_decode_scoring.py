@@ -58,7 +58,7 @@ def _softmax(x):
 def test_rows_never_exceed_target_plus_interval_for_every_policy(session, full, size):
     info, interval = session.info, 4
     row_bytes = 2 * info.head_dim * 4  # keys and values, float32 test weights
-    for method in DECODE_METHODS:
+    for method in (m for m in DECODE_METHODS if m != "dms"):  # dms has no fixed size (test_dms_…)
         policy = DecodingPolicy(method, interval=interval, n_sink=2, **size)
         run = decode_with_policy(session, full, policy, N)
         assert len(run.tokens) == N and run.compressions, method
@@ -140,6 +140,27 @@ def test_h2o_online_scores_equal_a_float64_replay(session, full):
     assert last > 0
 
 
+def test_dms_evicts_older_keys_below_the_threshold_and_keeps_the_window(session, full):
+    probe = decode_with_policy(session, full, DecodingPolicy("knorm", budget=10**6), N)
+    _, k, _ = _layer0(session, probe.tokens)
+    norms = np.linalg.norm(k, axis=-1)  # [H_kv, positions]
+    threshold = -float(np.median(norms))
+    run = decode_with_policy(
+        session, full, DecodingPolicy("dms", budget=6, interval=4, threshold=threshold), N
+    )
+    _, k, _ = _layer0(session, run.tokens)
+    norms = np.linalg.norm(k, axis=-1)
+    evicted_some = False
+    for c, before in held_before(run):
+        for h, (kept, held) in enumerate(zip(c.kept[0], before[0], strict=True)):
+            window, older = held[-6:], np.array(held[:-6], dtype=int)
+            expected = [p for p in older.tolist() if -norms[h, p] >= threshold + 1e-4]
+            assert set(window) <= set(kept) and set(expected) <= set(kept)
+            assert all(-norms[h, p] < threshold + 1e-4 for p in set(held) - set(kept))
+            evicted_some |= len(kept) < len(held)
+    assert evicted_some
+
+
 def test_ctrl_c_keeps_what_was_generated(session, full):
     def interrupt(done, total):
         if done == 5:
@@ -151,9 +172,18 @@ def test_ctrl_c_keeps_what_was_generated(session, full):
     assert run.interrupted and len(run.tokens) == 5
 
 
-@pytest.mark.parametrize("kwargs", [{"method": "snapkv"}, {"method": "snapkv", "budget": 8, "ratio": 0.5}])
-def test_budget_or_ratio_exactly_one(kwargs):
-    with pytest.raises(ValueError, match="budget .* or a ratio"):
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"method": "snapkv"}, "budget .* or a ratio"),
+        ({"method": "snapkv", "budget": 8, "ratio": 0.5}, "budget .* or a ratio"),
+        ({"method": "dms", "budget": 8}, "threshold goes with dms"),
+        ({"method": "knorm", "budget": 8, "threshold": -1.0}, "threshold goes with dms"),
+        ({"method": "dms", "ratio": 0.5, "threshold": -1.0}, "sliding window"),
+    ],
+)
+def test_bad_policy_settings_are_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message):
         DecodingPolicy(**kwargs)
 
 
