@@ -24,7 +24,8 @@ so far; either way a layer holds at most target + interval rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -215,6 +216,9 @@ class DecodingRun:
     start_kept: list[list[list[int]] | None] = field(default_factory=list)
     n_start: int = 0
     interrupted: bool = False  # Ctrl-C stopped the decode: `tokens` holds what was generated until then
+    #: Wall time of the checks while decoding: from the evaluated step before each to its evaluated result
+    #: (scoring, ranking and the gathers), so decode time and eviction time can be told apart.
+    evict_seconds: float = 0.0
 
     @property
     def max_cache_tokens(self) -> int:
@@ -238,12 +242,17 @@ def decode_with_policy(
     should_cancel: Callable[[], bool] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     keep_scores: bool = False,
+    forced: Sequence[int] | None = None,
+    on_logits: Callable[[mx.array], None] | None = None,
 ) -> DecodingRun:
     """n greedy tokens from a copy of `state`'s cache (the state is not changed), evicting as `policy` says.
 
     Starts as `Session.continuation` does: under "paper" the first token is the dense prefill's, under "mlx-lm"
     the last prompt token is fed first. keep_scores: record what a re-scoring policy scored at each eviction
-    (`Compression.held` / `scores`). Uses the session's public members only; call it on the session's thread.
+    (`Compression.held` / `scores`). forced: teacher forcing — feed these tokens (e.g. the dense continuation)
+    instead of the argmax, which `tokens` still records; on_logits receives each step's next-token logits
+    [vocab] (for KL against the dense side). Uses the session's public members only; call it on the session's
+    thread.
     """
     if n < 1:
         raise ValueError(f"tokens to generate must be at least 1, got {n}")
@@ -277,7 +286,7 @@ def decode_with_policy(
     # queued step (its gathers read the rows that step wrote), then the next step runs on the evicted cache.
     # Ctrl-C (KeyboardInterrupt) ends the decode with what was generated (`interrupted`); a cancel raises.
     try:
-        _decode(session, cache, policy, run, evictor, feed, n, should_cancel, on_progress)
+        _decode(session, cache, policy, run, evictor, feed, n, should_cancel, on_progress, forced, on_logits)
     except KeyboardInterrupt:
         run.interrupted = True
     return run
@@ -293,18 +302,31 @@ def _decode(
     n: int,
     should_cancel: Callable[[], bool] | None,
     on_progress: Callable[[int, int], None] | None,
+    forced: Sequence[int] | None = None,
+    on_logits: Callable[[mx.array], None] | None = None,
 ) -> None:
+    def step(cache: list[Any], y: mx.array) -> mx.array:
+        if forced is not None:  # the token fed is forced[k] when the k-th token was predicted
+            index = len(run.tokens) + (0 if y is first else 1)
+            y = mx.array([[forced[index - 1]]]) if 0 < index <= len(forced) else y
+        return _step(session, cache, y, on_logits)
+
+    first = mx.array([[feed]])
     with evictor.observing():
-        pending = _step(session, cache, mx.array([[feed]])) if len(run.tokens) < n else None
+        pending = step(cache, first) if len(run.tokens) < n else None
         appended = 0
         while pending is not None:
             appended += 1
             rows, size = _rows(cache), caches.cache_tensor_bytes(cache)
             evict = appended % policy.interval == 0 or evictor.deferred
             if evict:
+                mx.eval(pending)
+                start = time.perf_counter()
                 cache = evictor.evict(cache, appended)
+                mx.eval([c.state for c in cache if getattr(c, "keys", None) is not None])
+                run.evict_seconds += time.perf_counter() - start
             run.steps.append(DecodeStep(appended, rows, size, evict))
-            following = _step(session, cache, pending) if len(run.tokens) + 1 < n else None
+            following = step(cache, pending) if len(run.tokens) + 1 < n else None
             run.tokens.append(int(pending.item()))
             if on_progress is not None:
                 on_progress(len(run.tokens), n)
@@ -313,10 +335,14 @@ def _decode(
             pending = following
 
 
-def _step(session: Any, cache: list[Any], y: mx.array) -> mx.array:
+def _step(
+    session: Any, cache: list[Any], y: mx.array, on_logits: Callable[[mx.array], None] | None = None
+) -> mx.array:
     """Feed token(s) `y` [1, 1] through `cache` (appending a row) and queue the greedy next token [1, 1]."""
     logits = session.model(y, cache=cache)
     session.forward_calls += 1
+    if on_logits is not None:
+        on_logits(logits[0, -1])
     out = mx.argmax(logits[:, -1], axis=-1, keepdims=True)
     mx.async_eval(out)
     return out
