@@ -161,6 +161,18 @@ def test_dms_evicts_older_keys_below_the_threshold_and_keeps_the_window(session,
     assert evicted_some
 
 
+def test_teacher_forcing_feeds_the_given_tokens(session, full):
+    rows = []
+    forced = [session.dense_tokens[0], *reversed(session.dense_tokens[1:])]  # not what the model would pick
+    policy = DecodingPolicy("knorm", budget=10**6)
+    run = decode_with_policy(session, full, policy, N, forced=forced, on_logits=rows.append)
+    assert len(rows) == N - 1 and [int(mx.argmax(r).item()) for r in rows] == run.tokens[1:]
+    cache = make_prompt_cache(session.model)
+    dense = session.model(mx.array([[*session.prompt_ids, *forced[: N - 1]]]), cache=cache)[0]
+    T = len(session.prompt_ids)
+    np.testing.assert_allclose(np.array(mx.stack(rows)), np.array(dense[T:]), rtol=1e-4, atol=1e-4)
+
+
 def test_ctrl_c_keeps_what_was_generated(session, full):
     def interrupt(done, total):
         if done == 5:
