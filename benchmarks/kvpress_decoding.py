@@ -24,11 +24,12 @@ INTERVAL = 16
 BUDGET = 256
 #: name -> (KV Lens DecodingPolicy arguments, the kvpress press kvpress_reference.py builds)
 POLICIES: dict[str, dict[str, Any]] = {
-    "snapkv": {"method": "snapkv", "budget": BUDGET, "window": 8},
+    "snapkv": {"method": "snapkv", "budget": BUDGET, "window": 8, "kvpress_rope": True},
     "knorm": {"method": "knorm", "budget": BUDGET},
     "tova": {"method": "tova", "budget": BUDGET},
     "knorm-ratio": {"method": "knorm", "ratio": 0.25},
-    "snapkv-ratio": {"method": "snapkv", "ratio": 0.25, "window": 8},
+    "snapkv-ratio": {"method": "snapkv", "ratio": 0.25, "window": 8, "kvpress_rope": True},
+    "snapkv-own-rope": {"method": "snapkv", "budget": BUDGET, "window": 8},
 }
 
 

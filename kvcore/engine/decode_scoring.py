@@ -108,9 +108,12 @@ class Rescorer:
         prompt: list[LayerObservation | None],
         alpha: float = ADAKV_ALPHA,
         window: int | None = None,
+        rope_of: Any = None,
     ) -> None:
         self.name = name
         self.window = window
+        #: kvpress's form (parity): layer -> its RoPE module; every window query is rotated to the newest position
+        self.rope_of = rope_of
         self.online = name == H2O_ONLINE
         self.method: Method | None = None if self.online else get(name)
         self.alpha = alpha
@@ -194,7 +197,7 @@ class Rescorer:
             kept = [_heavy_and_recent(s, target) for s in scores]
             self.sums[index] = [s[:, k] for s, k in zip(self.sums[index], kept, strict=True)]
             return kept
-        scores, always = self._scores(layer, positions, queries, scale)
+        scores, always = self._scores(index, layer, positions, queries, scale)
         self.last_scores = scores
         orders = [_priority(s, a) for s, a in zip(scores, always, strict=True)]
         method = self.method
@@ -211,7 +214,7 @@ class Rescorer:
         return [np.sort(o[:c]) for o, c in zip(orders, counts, strict=True)]
 
     def _scores(
-        self, layer: Any, positions: list[np.ndarray], queries: mx.array | None, scale: float
+        self, index: int, layer: Any, positions: list[np.ndarray], queries: mx.array | None, scale: float
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The method's scores per kv-head over its content rows, and each head's always-kept rows."""
         method = self.method
@@ -225,6 +228,8 @@ class Rescorer:
         if "window" in method.values():
             window = method.values()["window"] if self.window is None else self.window
             method = method.with_values(window=max(1, min(window, n_q)))
+        if self.rope_of is not None and queries is not None:
+            queries = _at_newest(self.rope_of(index), queries)
         if all(len(r) == len(rows[0]) for r in rows) and all(np.array_equal(r, rows[0]) for r in rows):
             obs = _observation(keys[:, : len(rows[0])], values[:, : len(rows[0])], queries, n_kv, scale)
             out = np.array(method.scores(obs, 0), dtype=np.float32)
@@ -255,6 +260,15 @@ def _observation(
         scale=scale,
         values=values,
     )
+
+
+def _at_newest(rope: Any, queries: mx.array) -> mx.array:
+    """kvpress's DecodingPress re-projects its buffered hidden states and rotates them all with the current step's
+    RoPE, so every window query sits at the newest position. Queries j = 0 … n − 1 of consecutive positions, the
+    last the newest: RoPE angles add, so rotating query j by n − 1 − j more positions gives that form."""
+    n = queries.shape[1]
+    moved = [rope(queries[None, :, j : j + 1], offset=n - 1 - j)[0] for j in range(n)]
+    return mx.concatenate(moved, axis=1)
 
 
 def _trailing_run(positions: np.ndarray, n_tokens: int) -> int:

@@ -74,6 +74,9 @@ class DecodingPolicy:
     #: Evict a state above the target before the first token (the bound budget + interval from the start);
     #: False checks only every `interval` tokens, as kvpress's DecodingPress (parity).
     evict_before_decoding: bool = True
+    #: Parity with kvpress's DecodingPress: its buffered window queries are all rotated at the newest position
+    #: (kvpress re-projects hidden states with the current step's RoPE); False keeps each query's own position.
+    kvpress_rope: bool = False
     #: dms: rows older than the sliding window (`budget`) scoring below this are evicted.
     threshold: float | None = None
 
@@ -360,8 +363,12 @@ class _Evictor:
         self.rescorer = None
         self.buffer = None
         if policy.rescores:
+            rope_of = (lambda i: session.model.layers[i].self_attn.rope) if policy.kvpress_rope else None
             self.rescorer = Rescorer(
-                policy.method, session.observations(state.config.schedule), window=policy.window
+                policy.method,
+                session.observations(state.config.schedule),
+                window=policy.window,
+                rope_of=rope_of,
             )
             self.buffer = QueryBuffer(cache) if self.rescorer.reads_queries else None
         first = next((c for c in cache if _positions(c) is not None), None)
