@@ -112,8 +112,12 @@ class Rescorer:
     ) -> None:
         self.name = name
         self.window = window
-        #: kvpress's form (parity): layer -> its RoPE module; every window query is rotated to the newest position
+        #: kvpress's form (parity): layer -> its RoPE module; every window query is rotated to the newest position,
+        #: and rows are scored in the order kvpress stores them (`kvpress_order`)
         self.rope_of = rope_of
+        #: kvpress's form: per (layer, kv-head) the positions its cache holds, in its row order — after an eviction
+        #: kvpress gathers rows in topk order (by priority, not position), and snapkv's pooling runs along that order
+        self.kvpress_order: dict[tuple[int, int], np.ndarray] = {}
         self.online = name == H2O_ONLINE
         self.method: Method | None = None if self.online else get(name)
         self.alpha = alpha
@@ -197,7 +201,8 @@ class Rescorer:
             kept = [_heavy_and_recent(s, target) for s in scores]
             self.sums[index] = [s[:, k] for s, k in zip(self.sums[index], kept, strict=True)]
             return kept
-        scores, always = self._scores(index, layer, positions, queries, scale)
+        perms = self._kvpress_perms(index, positions) if self.rope_of is not None else None
+        scores, always = self._scores(index, layer, positions, queries, scale, perms)
         self.last_scores = scores
         orders = [_priority(s, a) for s, a in zip(scores, always, strict=True)]
         method = self.method
@@ -211,12 +216,33 @@ class Rescorer:
             counts = _adakv_counts(orders, scores, always, target, alpha)
         else:
             counts = [min(target, len(o)) for o in orders]
+        if perms is not None:
+            for h, (o, c) in enumerate(zip(orders, counts, strict=True)):
+                self.kvpress_order[index, h] = positions[h][o[:c]]
         return [np.sort(o[:c]) for o, c in zip(orders, counts, strict=True)]
 
+    def _kvpress_perms(self, index: int, positions: list[np.ndarray]) -> list[np.ndarray]:
+        """Per head, the content rows (position order) in kvpress's row order: what its last eviction kept, in
+        priority order, then the rows appended since."""
+        perms = []
+        for h, pos in enumerate(positions):
+            before = self.kvpress_order.get((index, h), np.zeros(0, np.int64))
+            before = before[np.isin(before, pos)]
+            order = np.concatenate([before, np.setdiff1d(pos, before)])
+            perms.append(np.searchsorted(pos, order))
+        return perms
+
     def _scores(
-        self, index: int, layer: Any, positions: list[np.ndarray], queries: mx.array | None, scale: float
+        self,
+        index: int,
+        layer: Any,
+        positions: list[np.ndarray],
+        queries: mx.array | None,
+        scale: float,
+        perms: list[np.ndarray] | None = None,
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The method's scores per kv-head over its content rows, and each head's always-kept rows."""
+        """The method's scores per kv-head over its content rows, and each head's always-kept rows. perms: score
+        each head's rows in that order (kvpress's form), the scores and rows given back in position order."""
         method = self.method
         assert method is not None
         rows = head_rows(layer, positions)
@@ -230,6 +256,8 @@ class Rescorer:
             method = method.with_values(window=max(1, min(window, n_q)))
         if self.rope_of is not None and queries is not None:
             queries = _at_newest(self.rope_of(index), queries)
+        if perms is not None:
+            rows = [r[p] for r, p in zip(rows, perms, strict=True)]
         if all(len(r) == len(rows[0]) for r in rows) and all(np.array_equal(r, rows[0]) for r in rows):
             obs = _observation(keys[:, : len(rows[0])], values[:, : len(rows[0])], queries, n_kv, scale)
             out = np.array(method.scores(obs, 0), dtype=np.float32)
@@ -243,6 +271,11 @@ class Rescorer:
                 obs = _observation(keys[h : h + 1][:, index], values[h : h + 1][:, index], q, 1, scale)
                 scores.append(np.array(method.scores(obs, 0), dtype=np.float32)[0])
         always = [np.asarray(method.always_kept(len(s)), np.int64) for s in scores]
+        if perms is not None:
+            unpermuted = [np.empty_like(sc) for sc in scores]
+            for sc, out, p in zip(scores, unpermuted, perms, strict=True):
+                out[p] = sc
+            scores, always = unpermuted, [p[a] for p, a in zip(perms, always, strict=True)]
         return scores, always
 
 
