@@ -125,7 +125,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-ids", type=Path, help="write the prompts' token ids for kvpress_reference.py")
     p.add_argument("--compare", type=Path, help="kvpress_reference.py's output")
     p.add_argument("--ids", type=Path, default=Path("ids.json"), help="the ids file the reference ran on")
+    p.add_argument(
+        "--decoding",
+        default="",
+        help="decoding-time parity (benchmarks.kvpress_decoding): comma-separated policies, or 'all'",
+    )
     args = p.parse_args(argv)
+    if args.decoding:
+        from benchmarks import kvpress_decoding
+
+        names = list(kvpress_decoding.POLICIES) if args.decoding == "all" else args.decoding.split(",")
+        if args.write_ids:
+            kvpress_decoding.write_ids(args.write_ids, names)
+        elif args.compare:
+            kvpress_decoding.print_rows(kvpress_decoding.compare(args.compare, args.ids))
+        else:
+            p.error("give --write-ids FILE or --compare FILE")
+        return 0
     if args.write_ids:
         write_ids(args.write_ids)
         return 0

@@ -184,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
         default="numpy",
         help="leverage's Gaussian sketch: KV Lens's (seed 0) or torch's own random draw",
     )
+    p.add_argument(
+        "--decoding",
+        action="store_true",
+        help="--ids is `kvpress_parity --decoding --write-ids` output: run DecodingPress on its generated ids",
+    )
     args = p.parse_args(argv)
     _stub_missing("datasets", "fire", "cachetools")
     import kvpress
@@ -209,6 +214,20 @@ def main(argv: list[str] | None = None) -> int:
         "kept": {},
     }
     start = time.perf_counter()
+    if args.decoding:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import kvpress_decoding_reference
+
+        model = AutoModelForCausalLM.from_pretrained(
+            args.model, torch_dtype=torch.float32, attn_implementation="sdpa"
+        ).to(device)
+        entries = [e for e in prompts if not args.methods or e["name"] in args.methods.split(",")]
+        for entry in entries:  # written after each policy: a long CPU run keeps what it finished
+            result["kept"].update(
+                kvpress_decoding_reference.run(model, [entry], kvpress, torch, DynamicCache)
+            )
+            _write(args.out, result)
+        return 0
     for method in chosen:
         factory, attention = presses[method]
         if attention not in models:
@@ -245,12 +264,14 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     result["kept"][key] = _kept(model, press, ids, torch, DynamicCache, pressed_ids)
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)
-    partial = args.out.with_name(
-        f".{args.out.name}.partial"
-    )  # torch's venv has no kvcore: temp file + rename
-    partial.write_text(json.dumps(result))
-    os.replace(partial, args.out)
+    _write(args.out, result)
     return 0
+
+
+def _write(out: Path, result: dict) -> None:
+    partial = out.with_name(f".{out.name}.partial")  # torch's venv has no kvcore: temp file + rename
+    partial.write_text(json.dumps(result))
+    os.replace(partial, out)
 
 
 if __name__ == "__main__":

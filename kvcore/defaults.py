@@ -151,3 +151,7 @@ DEFAULT_RULER_RATIOS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.875)
 DEFAULT_RULER_METHODS: tuple[str, ...] = ("dense", "snapkv", "streaming_llm", "knorm")
 DEFAULT_RULER_SAMPLES = 20
 DEFAULT_RULER_HAYSTACK = "code"
+
+#: h2o_online (Zhang et al. 2023): the share of a decoding budget kept as the recent window; the rest are heavy
+#: hitters (the paper splits its cache evenly between the two).
+H2O_RECENT_SHARE = 0.5

@@ -2,6 +2,7 @@
 
   kvlens compress -p "TEXT" --method snapkv --ratio 0.25 --bits 4 [--csv S] [--positions P] [--json]
                   [--decode-method streaming_llm --decode-budget 256 --decode-interval 16]  (evict while generating)
+                  [--decode-method snapkv --decode-ratio 0.25 --tokens 1024 --timeline t.csv]
   kvlens sweep --prompt-file F --methods snapkv,h2o --ratios 0.1,0.25,0.5 --bits 4,8,16 --csv out.csv
                [--plot frontier.png --metric kl_mean]     (ratios may also be a range: 0.1:0.5:0.1)
   kvlens probe --methods snapkv,streaming_llm --ratios 0.25,0.5 --depths 0.1,0.5,0.9 --lengths 800,1600 --csv p.csv
@@ -194,18 +195,35 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_decoding(s: argparse.ArgumentParser) -> None:
-    """--decode-method/-budget/-interval: evict while generating --tokens (kvcore.engine.decoding)."""
+    """--decode-method/-budget/-ratio/-interval and --timeline: evict while generating --tokens
+    (kvcore.engine.decoding)."""
     s.add_argument(
         "--decode-method",
         help="a decoding-time policy that evicts while the model writes: streaming_llm (the --n-sink sinks and "
-        "the most recent tokens) or knorm",
+        "the most recent tokens), knorm, snapkv, tova, keydiff, adakv, adakv-snapkv, adakv-knorm, adakv-keydiff "
+        "(re-scoring the cache from the latest tokens' queries), h2o_online (H2O's accumulated attention) or dms "
+        "(--decode-budget is its sliding window; older keys scoring −‖k‖ below --decode-threshold are evicted)",
     )
-    s.add_argument("--decode-budget", type=int, help="with --decode-method: rows kept per kv-head")
+    size = s.add_mutually_exclusive_group()
+    size.add_argument("--decode-budget", type=int, help="with --decode-method: rows kept per kv-head")
+    size.add_argument(
+        "--decode-ratio",
+        type=float,
+        help="with --decode-method: the share of the positions seen so far kept, in (0, 1) "
+        "(kvpress's CompressionRatioDecodingPress with target_compression_ratio 1 - R)",
+    )
     s.add_argument(
         "--decode-interval",
         type=int,
         default=DEFAULT_DECODE_INTERVAL,
         help=f"with --decode-method: generated tokens between evictions (default {DEFAULT_DECODE_INTERVAL})",
+    )
+    s.add_argument("--decode-threshold", type=float, help="with --decode-method dms: the score threshold")
+    s.add_argument(
+        "--timeline",
+        type=Path,
+        help="with --decode-method: write the cache timeline as CSV (step, layer, kv_head, position, kept: every "
+        "position each head held at each eviction)",
     )
 
 
@@ -213,16 +231,22 @@ def _decoding_policy(args: argparse.Namespace) -> Any:
     """The --decode-* flags as a DecodingPolicy, or None; refused before the model loads."""
     method = getattr(args, "decode_method", None)
     budget = getattr(args, "decode_budget", None)
+    ratio = getattr(args, "decode_ratio", None)
+    timeline = getattr(args, "timeline", None)
     if method is None:
-        if budget is not None:
-            raise UsageError("--decode-budget needs --decode-method (streaming_llm or knorm)")
+        for flag, value in (("--decode-budget", budget), ("--decode-ratio", ratio), ("--timeline", timeline)):
+            if value is not None:
+                raise UsageError(f"{flag} needs --decode-method (e.g. streaming_llm, snapkv or h2o_online)")
         return None
-    if budget is None:
-        raise UsageError("--decode-method needs --decode-budget: the rows kept per kv-head")
+    if budget is None and ratio is None:
+        raise UsageError("--decode-method needs --decode-budget (rows kept per kv-head) or --decode-ratio")
+    _check_output(timeline)
     from kvcore.engine.decoding import DecodingPolicy
 
     try:
-        return DecodingPolicy(method, budget, args.decode_interval, args.n_sink)
+        return DecodingPolicy(
+            method, budget, args.decode_interval, args.n_sink, ratio, threshold=args.decode_threshold
+        )
     except ValueError as exc:
         raise UsageError(f"--decode-*: {exc}") from None
 
@@ -755,7 +779,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
         suffix = getattr(args, "question_suffix", "")
         answers = [session.answer(state, q, args.tokens, suffix) for q in questions or ()]
     if args.decoding_policy is not None:
-        summary.update(_decode_summary(session, state, args.decoding_policy, args.tokens))
+        summary.update(_decode_summary(session, state, args.decoding_policy, args.tokens, args.timeline))
     if answers:
         summary["accuracy_dense"] = accuracy(answers, compressed=False)
         summary["accuracy_compressed"] = accuracy(answers, compressed=True)
@@ -787,25 +811,37 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
     return 0
 
 
-def _decode_summary(session: Any, state: Any, policy: Any, n: int) -> dict[str, Any]:
-    """The continuation under a decoding policy against the dense one: cache size, bytes, agreement."""
+def _decode_summary(
+    session: Any, state: Any, policy: Any, n: int, timeline: Path | None = None
+) -> dict[str, Any]:
+    """The continuation under a decoding policy against the dense one (computed once, at the prefill): cache size,
+    bytes, agreement. Ctrl-C keeps what was generated (`decode_interrupted`); --timeline writes its CSV."""
     from kvcore.engine.decoding import decode_with_policy
+    from kvcore.engine.timeline import of_run, write_timeline_csv
     from kvcore.measure.metrics import first_divergence
 
-    label = f"decoding {policy.method} budget={policy.budget} every {policy.interval}"
+    label = f"decoding {policy.label()}"
     drawn = sys.stderr.isatty()
     run = decode_with_policy(
         session, state, policy, n, on_progress=(lambda d, t: draw_progress(d, t, label)) if drawn else None
     )
     if drawn:
         end_progress()
-    dense = session.dense_tokens[:n]
+    if run.interrupted:
+        print(f"kvlens: interrupted: {len(run.tokens)} of {n} tokens kept", file=sys.stderr)
+    if timeline is not None:
+        write_timeline_csv(timeline, of_run(run))
+    dense = session.dense_tokens[: len(run.tokens)]
     same = sum(a == b for a, b in zip(dense, run.tokens, strict=False))
     size = run.bytes_summary()
     return {
         "decode_method": policy.method,
         "decode_budget": policy.budget,
+        "decode_ratio": policy.ratio,
         "decode_interval": policy.interval,
+        "decode_threshold": policy.threshold,
+        "decode_tokens": len(run.tokens),
+        "decode_interrupted": run.interrupted,
         "decode_compressions": len(run.compressions),
         "max_cache_tokens": run.max_cache_tokens,
         "decode_bytes_min": size["min"],

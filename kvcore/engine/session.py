@@ -406,6 +406,11 @@ class Session:
         capture = self._require_prefill()
         return capture if schedule == "paper" else capture.before_last
 
+    def observations(self, schedule: str = DEFAULT_SCHEDULE) -> list[Any]:
+        """The prefill's per-layer LayerObservation (None where not captured) that `schedule` compresses from:
+        decoding-time policies read its last queries and h2o's sums (kvcore.engine.decode_scoring)."""
+        return list(self._observed(schedule).observations)
+
     def n_compressible(self, schedule: str = DEFAULT_SCHEDULE) -> int:
         """Compressible prompt positions T: the whole prompt ("paper") or all but its last token ("mlx-lm")."""
         if not self.prompt_ids:
