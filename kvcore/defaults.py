@@ -155,3 +155,8 @@ DEFAULT_RULER_HAYSTACK = "code"
 #: h2o_online (Zhang et al. 2023): the share of a decoding budget kept as the recent window; the rest are heavy
 #: hitters (the paper splits its cache evenly between the two).
 H2O_RECENT_SHARE = 0.5
+
+#: A layer's prompt queries (kept by a lazy-h2o capture) stay after h2o's sums are computed when they take at most
+#: this many bytes, so non_causal_attention and compactor still run after h2o; larger ones are freed (8B at 32k
+#: tokens: 268 MB a layer).
+KEEP_PROMPT_QUERIES_BYTES = 64 * 2**20

@@ -43,6 +43,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from kvcore import defaults
 from kvcore.cache import sparse as caches
 from kvcore.capture import h2o_mode as capture_mode
 from kvcore.capture import query_stats as query_stats_module
@@ -94,13 +95,17 @@ class LayerObservation:
         return self.n_q_heads // self.n_kv_heads
 
     def ensure_h2o(self) -> mx.array | None:
-        """Compute the h2o sums from the kept queries if capture deferred them; identical to eager capture."""
+        """Compute the h2o sums from the kept queries if capture deferred them; identical to eager capture. The
+        queries stay for the methods that read them all (non_causal_attention, compactor) unless they are larger
+        than `defaults.KEEP_PROMPT_QUERIES_BYTES`: then they are freed (a long prompt's queries rival its cache)."""
         if self.h2o_sums is None and self.pending_queries:
             sums, stop = None, 0
             for q in self.pending_queries:
                 stop += q.shape[1]
                 sums = _accumulate_h2o(sums, q, self.keys[:, :stop], self.scale)
-            self.h2o_sums, self.pending_queries = sums, None
+            self.h2o_sums = sums
+            if sum(q.nbytes for q in self.pending_queries) > defaults.KEEP_PROMPT_QUERIES_BYTES:
+                self.pending_queries = None
         return self.h2o_sums
 
 
