@@ -332,3 +332,9 @@ def test_edge_layers_set_the_layer_widths_and_keep_a_width_the_scheme_packs(cont
     assert (controls.config()["edge_layers"], controls.config()["edge_bits"]) == (1, 4)
     controls.set_config({"bits": None})
     assert "edge_layers" not in controls.config() and not controls.edgeLayersSpin.isEnabled()
+
+
+@pytest.mark.parametrize("name, paper", [("kivi", "arXiv 2402.02750"), ("rotated", "arXiv 2404.00456")])
+def test_the_genuine_schemes_tooltips_name_their_paper(controls, name, paper):
+    combo = controls.quantCombo
+    assert paper in combo.itemData(combo.findData(name), Qt.ItemDataRole.ToolTipRole)
