@@ -234,6 +234,10 @@ def test_adakv_with_kivi_compresses_per_head_counts_and_regenerates(model_dirs):
         assert isinstance(c, KiviKVCache) and list(c.kept_counts) == counts[layer].tolist()
         assert c.n_body == (min(counts[layer]) - 4) // 32 * 32 > 0
     assert state.bytes_compressed == cache_tensor_bytes(state.cache)
-    assert all(r["key_rmse"] >= 0 for r in state.stats_rows)
+    assert np.array_equal(np.isnan(state.quant_error), ~state.kept)  # the error view: kept positions only
+    for layer, c in enumerate(state.cache):  # each head's float residual exact, its packed body not
+        for h, positions in enumerate(c.retained_positions):
+            errors = state.quant_error[layer, h, positions]
+            assert np.all(errors[c.n_body :] == 0) and np.all(errors[: c.n_body] > 0)
     metrics = session.regenerate(state).metrics
     assert np.isfinite(metrics["kl_mean"]) and 0.0 <= metrics["agreement"] <= 1.0
