@@ -230,7 +230,7 @@ class CompressionControls(QWidget):
             "ratio": self.retentionSlider.value() / 100.0,
             "bits": bits_or_none(bits),
             "value_bits": self._value_bits(bits),
-            "fp_recent": self.fpRecentSpin.value() if self.fpRecentSpin.isEnabled() else 0,
+            "fp_recent": self.fpRecentSpin.value() if self._fp_recent_applies() else 0,
             "group_size": groups[0] if len(groups) == 1 else int(self.groupSizeCombo.currentData()),
             "per_head": self.perHeadCheck.isChecked(),
             "window": values["window"],
@@ -381,9 +381,13 @@ class CompressionControls(QWidget):
         self.quantParameters.show_parameters(shown)
         self._form.setRowVisible(self.quantParameters, bool(shown))
 
+    def _fp_recent_applies(self) -> bool:
+        """A float residual beside packed rows; a scheme keeping its own (kivi's `residual`) takes none."""
+        return self.quantized() and not self.scheme().per_channel_keys
+
     def _edges(self) -> dict[str, int]:
         """edge_layers and edge_bits while edge layers are on and something is packed; {} otherwise."""
-        if not self.edgeLayersSpin.isEnabled() or not self.edgeLayersSpin.value():
+        if not self.quantized() or not self.edgeLayersSpin.value():
             return {}
         return {"edge_layers": self.edgeLayersSpin.value(), "edge_bits": self.edgeBitsSpin.value()}
 
@@ -434,16 +438,13 @@ class CompressionControls(QWidget):
             self._enable(
                 self.groupSizeCombo, len(groups) > 1, f"{scheme.name} fixes its group size: {groups[0]}"
             )
-        if scheme.per_channel_keys:
-            self._enable(
-                self.fpRecentSpin,
-                False,
-                f"{scheme.name} keeps its own float residual: its residual parameter",
-            )
-        else:
-            self._enable(
-                self.fpRecentSpin, self.quantized(), "No quantization at 16 bits: everything is float"
-            )
+        self._enable(
+            self.fpRecentSpin,
+            self._fp_recent_applies(),
+            f"{scheme.name} keeps its own float residual: its residual parameter"
+            if scheme.per_channel_keys
+            else "No quantization at 16 bits: everything is float",
+        )
         self._enable(
             self.edgeLayersSpin, self.quantized(), "No quantization at 16 bits: no layer has a width"
         )

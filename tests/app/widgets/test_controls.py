@@ -338,3 +338,10 @@ def test_edge_layers_set_the_layer_widths_and_keep_a_width_the_scheme_packs(cont
 def test_the_genuine_schemes_tooltips_name_their_paper(controls, name, paper):
     combo = controls.quantCombo
     assert paper in combo.itemData(combo.findData(name), Qt.ItemDataRole.ToolTipRole)
+
+
+def test_a_disabled_panel_still_emits_its_residual_and_edge_layers(controls):
+    controls.set_config({"bits": 4, "fp_recent": 32, "edge_layers": 1})
+    controls.setEnabled(False)  # the window greys the panel while a job runs
+    config = controls.config()
+    assert (config["fp_recent"], config["edge_layers"]) == (32, 1)
