@@ -104,6 +104,9 @@ class CompressionControls(QWidget):
         self.edgeBitsSpin.setValue(DEFAULT_EDGE_BITS)
         self.edgeBitsSpin.setSuffix("-bit")
         self._edge_bits = DEFAULT_EDGE_BITS  # where the edge spin was: a width the scheme lacks is skipped
+        self._layer_bits: tuple[
+            int, ...
+        ] = ()  # a width per layer from a file or a sweep: carried, not edited
         self.edgeRow = QWidget(objectName="edgeRow")
         edge = QHBoxLayout(self.edgeRow)
         edge.setContentsMargins(0, 0, 0, 0)
@@ -184,7 +187,7 @@ class CompressionControls(QWidget):
         self.retentionSlider.valueChanged.connect(self._changed)
         self.quantCombo.currentIndexChanged.connect(self._scheme_changed)
         self.quantParameters.changed.connect(self._changed)
-        self.edgeLayersSpin.valueChanged.connect(self._changed)
+        self.edgeLayersSpin.valueChanged.connect(self._edge_layers_changed)
         self.edgeBitsSpin.valueChanged.connect(self._changed)
         self.bitsSlider.valueChanged.connect(self._changed)
         self.splitBitsCheck.toggled.connect(self._changed)
@@ -272,8 +275,10 @@ class CompressionControls(QWidget):
                 self.quantParameters.set_values({**defaults, **scheme_values})
                 # the layer widths belong to the quantization: a dict naming the scheme without them has none
                 self.edgeLayersSpin.setValue(int(config.get("edge_layers", 0)))
-            elif "edge_layers" in config:
-                self.edgeLayersSpin.setValue(int(config["edge_layers"]))
+                self._layer_bits = tuple(int(b) for b in config.get("layer_bits") or ())
+            elif "edge_layers" in config or "layer_bits" in config:
+                self.edgeLayersSpin.setValue(int(config.get("edge_layers", 0)))
+                self._layer_bits = tuple(int(b) for b in config.get("layer_bits") or ())
             if "edge_bits" in config:
                 self.edgeBitsSpin.setValue(int(config["edge_bits"]))
                 self._edge_bits = self.edgeBitsSpin.value()
@@ -385,11 +390,18 @@ class CompressionControls(QWidget):
         """A float residual beside packed rows; a scheme keeping its own (kivi's `residual`) takes none."""
         return self.quantized() and not self.scheme().per_channel_keys
 
-    def _edges(self) -> dict[str, int]:
-        """edge_layers and edge_bits while edge layers are on and something is packed; {} otherwise."""
-        if not self.quantized() or not self.edgeLayersSpin.value():
+    def _edges(self) -> dict[str, Any]:
+        """edge_layers and edge_bits while edge layers are on and something is packed, or the carried width per
+        layer; {} otherwise (every layer alike)."""
+        if not self.quantized():
             return {}
-        return {"edge_layers": self.edgeLayersSpin.value(), "edge_bits": self.edgeBitsSpin.value()}
+        if self.edgeLayersSpin.value():
+            return {"edge_layers": self.edgeLayersSpin.value(), "edge_bits": self.edgeBitsSpin.value()}
+        return {"layer_bits": list(self._layer_bits)} if self._layer_bits else {}
+
+    def _edge_layers_changed(self) -> None:
+        self._layer_bits = ()  # edge layers set by hand replace a width per layer
+        self._changed()
 
     def _per_head_toggled(self, checked: bool) -> None:
         self._per_head_choice = checked
@@ -448,6 +460,10 @@ class CompressionControls(QWidget):
         self._enable(
             self.edgeLayersSpin, self.quantized(), "No quantization at 16 bits: no layer has a width"
         )
+        if self._layer_bits and self.edgeLayersSpin.isEnabledTo(self):
+            self.edgeLayersSpin.setToolTip(
+                f"A width per layer is set ({','.join(map(str, self._layer_bits))}): edge layers replace it"
+            )
         self._enable(
             self.edgeBitsSpin,
             self.quantized() and self.edgeLayersSpin.value() > 0,

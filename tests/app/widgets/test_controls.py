@@ -345,3 +345,14 @@ def test_a_disabled_panel_still_emits_its_residual_and_edge_layers(controls):
     controls.setEnabled(False)  # the window greys the panel while a job runs
     config = controls.config()
     assert (config["fp_recent"], config["edge_layers"]) == (32, 1)
+
+
+def test_a_width_per_layer_is_carried_until_edge_layers_replace_it(controls):
+    controls.set_config({"quant": "affine", "bits": 4, "layer_bits": [8, 4, 4, 8]})
+    assert controls.config()["layer_bits"] == [8, 4, 4, 8]
+    assert "8,4,4,8" in controls.edgeLayersSpin.toolTip()
+    controls.edgeLayersSpin.setValue(1)
+    config = controls.config()
+    assert "layer_bits" not in config and config["edge_layers"] == 1
+    controls.set_config({"quant": "affine"})
+    assert "layer_bits" not in controls.config() and "edge_layers" not in controls.config()
