@@ -6,6 +6,11 @@ more than the residual has filled.
                values [B, H, n_body, head_dim] packed along head_dim; a side of width 16 stays float rows
     residual   the rest, a SparseKVCache (kvcore.cache.sparse): float rows, appended to by decoding
 
+Every kv-head packs the same number of token groups (the body's arrays stay one block), each of its own kept
+positions (`body_positions` [H, n_body]): under a per-head selection whose heads keep different counts (adakv), the
+body holds the whole groups of the head keeping fewest, and the other heads' extra rows wait in the ragged residual
+(its padding masked, as a ragged SparseKVCache's is). So every head keeps at least `residual` float rows.
+
 Bytes are the stored arrays of both (codes, scales, biases, residual floats). Attention is genuine: the body's
 scores are `quantized_matmul(q, Kᵀ, transpose=False)`, the residual's a float product, joined before one softmax
 (as `kvcore.cache.residual.ResidualKVCache` joins its two stores), so the output equals attention over the
@@ -40,29 +45,24 @@ class KiviKVCache:
         self.group_size = scheme.group_size
         self.body_keys: tuple[mx.array, ...] = ()
         self.body_values: tuple[mx.array, ...] = ()
-        self.body_positions = np.zeros(0, dtype=np.int32)
+        self.body_positions = np.zeros((0, 0), dtype=np.int32)  # [H, n_body]: each head's packed positions
         self.residual = SparseKVCache()
 
     @classmethod
     def from_float(cls, layer: Any, scheme: QuantScheme, bits: int, value_bits: int) -> KiviKVCache:
-        """Pack a float layer's rows (a KVCache, or a SparseKVCache whose heads keep equal counts): the oldest whole
-        groups into the body, at least `residual` most recent rows float. Lazy: the caller evaluates."""
+        """Pack a float layer's rows (a KVCache, or a SparseKVCache, its heads' counts equal or not): each head's
+        oldest rows, as many whole groups as the head keeping fewest fills, into the body; the rest (at least
+        `residual` rows a head) float. Lazy: the caller evaluates."""
         heads = [np.asarray(p) for p in _positions(layer)]
-        if len({len(p) for p in heads}) > 1:
-            raise ValueError(
-                "kivi packs token groups shared by a layer's heads: use a selection that keeps the same count per "
-                "kv-head (--shared, or a method without per-head budgets)"
-            )
-        n = len(heads[0])
-        scheme.check_tokens(n)
+        counts = [len(p) for p in heads]
+        scheme.check_tokens(min(counts))
         out = cls(scheme, bits, value_bits)
-        n_body = scheme.n_packed(n)
-        rows = np.arange(n, dtype=np.int64)
-        out.residual = take_rows(layer, [rows[n_body:]] * len(heads))
+        n_body = scheme.n_packed(min(counts))
+        out.residual = take_rows(layer, [np.arange(n_body, n, dtype=np.int64) for n in counts])
         if n_body:
-            body = take_rows(layer, [rows[:n_body]] * len(heads))
+            body = take_rows(layer, [np.arange(n_body, dtype=np.int64)] * len(heads))
             k, v = body.keys_and_values()
-            out._append_body(k, v, heads[0][:n_body])
+            out._append_body(k, v, np.stack([p[:n_body] for p in heads]))
         return out
 
     # -- what mlx-lm and kvcore read ------------------------------------------------------------------------------
@@ -89,7 +89,8 @@ class KiviKVCache:
 
     @property
     def n_body(self) -> int:
-        return int(self.body_positions.size)
+        """Packed rows a head (every head packs as many)."""
+        return int(self.body_positions.shape[1])
 
     @property
     def nbytes(self) -> int:
@@ -102,7 +103,10 @@ class KiviKVCache:
 
     @property
     def retained_positions(self) -> list[np.ndarray]:
-        return [np.concatenate([self.body_positions, p]) for p in self.residual.retained_positions]
+        return [
+            np.concatenate([self.body_positions[h] if self.n_body else p[:0], p])
+            for h, p in enumerate(self.residual.retained_positions)
+        ]
 
     def size(self) -> int:
         return self.n_body + self.residual.size()
@@ -155,20 +159,22 @@ class KiviKVCache:
                 mx.concatenate([a, b], axis=-2) for a, b in zip(self.body_values, new_v, strict=True)
             )
         self.body_keys, self.body_values = new_k, new_v
-        self.body_positions = np.concatenate([self.body_positions, positions]).astype(np.int32)
+        old = self.body_positions if self.n_body else self.body_positions.reshape(len(positions), 0)
+        self.body_positions = np.concatenate([old, positions], axis=1).astype(np.int32)
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
         """New tokens join the residual; then each whole group beyond `residual` older tokens (none of the new
-        ones, which attend causally among themselves in the residual) is packed into the body."""
+        ones, which attend causally among themselves in the residual) is packed into the body — as many for every
+        head, counted on the head keeping fewest float rows."""
         self.residual.update_and_fetch(keys, values)
         n_new, g = int(keys.shape[2]), self.group_size
-        n_res = self.residual.size()
+        counts = [int(n) for n in self.residual.kept_counts]
+        n_res = min(counts)
         n_pack = min(self.scheme.n_packed(n_res), (n_res - n_new) // g * g)
         if n_pack > 0:
-            rows = np.arange(n_res, dtype=np.int64)
-            body = take_rows(self.residual, [rows[:n_pack]] * self.n_heads)
-            positions = self.residual.retained_positions[0][:n_pack]
-            self.residual = take_rows(self.residual, [rows[n_pack:]] * self.n_heads)
+            body = take_rows(self.residual, [np.arange(n_pack, dtype=np.int64)] * self.n_heads)
+            positions = np.stack([p[:n_pack] for p in self.residual.retained_positions])
+            self.residual = take_rows(self.residual, [np.arange(n_pack, n, dtype=np.int64) for n in counts])
             k, v = body.keys_and_values()
             self._append_body(k, v, positions)
         return (self.body_keys, self.residual.keys_and_values()[0]), (
@@ -178,6 +184,8 @@ class KiviKVCache:
 
     def dequantized_body(self) -> tuple[mx.array, mx.array]:
         """The body's float keys and values [B, H, n_body, head_dim] (what "dequantize, then attend" reads)."""
+        if not self.n_body:  # nothing packed yet (every head keeps fewer than residual + a group)
+            return tuple(x[:, :, :0] for x in self.residual.keys_and_values())
         k = (
             self.body_keys[0]
             if self.bits == UNQUANTIZED_BITS
@@ -235,8 +243,8 @@ class _FloatRows:
         self, k: mx.array, v: mx.array, positions: np.ndarray, n_heads: int, group_size: int
     ) -> None:
         self._k, self._v, self.group_size = k, v, group_size
-        self.retained_positions = [positions] * n_heads
-        self.n_kept = int(positions.size)
+        self.retained_positions = list(positions.reshape(n_heads, -1))
+        self.n_kept = int(positions.shape[-1])
         self.quant = "affine"
 
     def keys_and_values(self) -> tuple[tuple[mx.array], tuple[mx.array]]:

@@ -26,7 +26,8 @@ from kvcore.quant.base import QuantScheme
 class Kivi(QuantScheme):
     name: ClassVar[str] = "kivi"
     description: ClassVar[str] = (
-        "keys per channel (groups along tokens), values per token, the last tokens float (KIVI)"
+        "keys per channel (groups along tokens), values per token, the last tokens float — KIVI, Liu et al. 2024, "
+        "arXiv 2402.02750"
     )
     allowed_bits: ClassVar[tuple[int, ...]] = ALLOWED_BITS
     allowed_group_sizes: ClassVar[tuple[int, ...]] = ALLOWED_GROUP_SIZES

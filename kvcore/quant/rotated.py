@@ -62,7 +62,8 @@ def rotation_matrix(head_dim: int, seed: int) -> mx.array:
 class Rotated(QuantScheme):
     name: ClassVar[str] = "rotated"
     description: ClassVar[str] = (
-        "seeded randomized Hadamard rotation of head_dim, then affine, mxfp4, nvfp4 or mxfp8 (QuaRot/RotateKV)"
+        "seeded randomized Hadamard rotation of head_dim, then affine, mxfp4, nvfp4 or mxfp8 — QuaRot, Ashkboos et "
+        "al. 2024, arXiv 2404.00456; RotateKV, Su et al. 2025, arXiv 2501.16383"
     )
     group_size: int = param(
         DEFAULT_GROUP_SIZE, "elements of rotated head_dim sharing one scale", minimum=16, maximum=128

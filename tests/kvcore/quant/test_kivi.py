@@ -78,7 +78,7 @@ def test_genuine_attention_equals_dequantize_then_attend_across_a_group_boundary
     new = [mx.array(rng.normal(size=(1, H, 1, D)).astype(np.float32)) for _ in range(2)]
     cache.update_and_fetch(*new)  # 40 float rows = residual + a whole group: the oldest 32 are packed
     assert (cache.n_body, cache.residual.size(), cache.offset) == (64, 8, 72)
-    np.testing.assert_array_equal(cache.body_positions, np.arange(64))
+    np.testing.assert_array_equal(cache.body_positions, np.tile(np.arange(64), (H, 1)))
     np.testing.assert_array_equal(cache.residual.retained_positions[0], np.arange(64, 72))
     np.testing.assert_allclose(
         np.array(cache.attend(q, None, None, 0.125)), np.array(_reference(cache, q, 0.125)), atol=1e-4
@@ -167,3 +167,77 @@ def test_cli_compress_with_kivi_reports_its_error_and_refuses_fp_recent(
         "kivi:residual=8 keeps its own float residual (kivi:residual=R): leave fp_recent at 0"
         in capsys.readouterr().err
     )
+
+
+def _per_head_reference(cache: KiviKVCache, k_all, v_all, q: mx.array, scale: float) -> np.ndarray:
+    """Each kv-head alone: its dequantized body rows, then the float rows of the positions its residual holds
+    (read from every token's keys and values `k_all`/`v_all` [H, T, D]), one softmax (one new token)."""
+    body_k, body_v = (np.array(x.astype(mx.float32)) for x in cache.dequantized_body())
+    qs, n_q = np.array(q) * scale, q.shape[1] // H
+    out = np.zeros(qs.shape, dtype=np.float64)
+    for h, positions in enumerate(cache.residual.retained_positions):
+        k = np.concatenate([body_k[0, h], k_all[h, positions]])
+        v = np.concatenate([body_v[0, h], v_all[h, positions]])
+        for j in range(h * n_q, (h + 1) * n_q):
+            w = np.exp(qs[0, j] @ k.T - (qs[0, j] @ k.T).max())
+            out[0, j] = (w / w.sum()) @ v
+    return out
+
+
+def test_a_per_head_selection_of_different_counts_is_packed_attended_and_counted():
+    from kvcore.cache.sparse import select_positions
+
+    kept = [np.arange(0, 100, 1), np.sort(np.r_[np.arange(0, 60, 2), np.arange(60, 100)])]  # 100 and 70 rows
+    dense = _layer(100, seed=3)
+    k_all, v_all = np.array(dense.keys[0, :, :100]), np.array(dense.values[0, :, :100])
+    layer = select_positions([dense], [kept])[0]
+    cache = KiviKVCache.from_float(layer, get("kivi:residual=8"), 4, 2)
+    assert cache.n_body == 32 and list(cache.residual.kept_counts) == [68, 38]  # the fewer's whole groups
+    for h in range(H):
+        np.testing.assert_array_equal(cache.retained_positions[h], kept[h])
+    g, s = 32, 4
+    keys = H * D * (32 * 4 // 8 + 32 // g * 2 * s)
+    values = H * 32 * (D * 2 // 8 + D // g * 2 * s)
+    assert (
+        cache.nbytes == keys + values + 2 * H * 68 * D * s
+    )  # the residual stored padded to its longest head
+    rng = np.random.default_rng(7)
+    q = mx.array(rng.normal(size=(1, 2 * H, 1, D)).astype(np.float32))
+    np.testing.assert_allclose(
+        np.array(cache.attend(q, None, None, 0.125)),
+        _per_head_reference(cache, k_all, v_all, q, 0.125),
+        atol=1e-4,
+    )
+    for _ in range(40):  # the fewer head's 38 float rows reach 8 + 32 twice: two groups more for every head
+        new_k, new_v = (rng.normal(size=(1, H, 1, D)).astype(np.float32) for _ in range(2))
+        cache.update_and_fetch(mx.array(new_k), mx.array(new_v))
+        k_all, v_all = np.concatenate([k_all, new_k[0]], 1), np.concatenate([v_all, new_v[0]], 1)
+    assert cache.n_body == 96 and list(cache.residual.kept_counts) == [44, 14]
+    np.testing.assert_array_equal(cache.retained_positions[1], np.r_[kept[1], np.arange(100, 140)])
+    np.testing.assert_allclose(
+        np.array(cache.attend(q, None, None, 0.125)),
+        _per_head_reference(cache, k_all, v_all, q, 0.125),
+        atol=1e-4,
+    )
+
+
+def test_adakv_with_kivi_compresses_per_head_counts_and_regenerates(model_dirs):
+    from kvcore.engine.session import CompressionConfig, Session
+
+    session = Session.load(str(model_dirs["llama"]))
+    session.prefill("def main(argv):\n    return sum(x * x for x in argv)\n" * 6, n_tokens=3)
+    config = CompressionConfig("adakv", 0.75, bits=2, quant="kivi:residual=4", group_size=32)
+    state = session.compress(config)
+    counts = state.kept.sum(axis=2)  # [L, H_kv]
+    assert any(len(set(row)) > 1 for row in counts.tolist())  # adakv's heads keep different counts
+    for layer, c in enumerate(state.cache):
+        assert isinstance(c, KiviKVCache) and list(c.kept_counts) == counts[layer].tolist()
+        assert c.n_body == (min(counts[layer]) - 4) // 32 * 32 > 0
+    assert state.bytes_compressed == cache_tensor_bytes(state.cache)
+    assert np.array_equal(np.isnan(state.quant_error), ~state.kept)  # the error view: kept positions only
+    for layer, c in enumerate(state.cache):  # each head's float residual exact, its packed body not
+        for h, positions in enumerate(c.retained_positions):
+            errors = state.quant_error[layer, h, positions]
+            assert np.all(errors[c.n_body :] == 0) and np.all(errors[: c.n_body] > 0)
+    metrics = session.regenerate(state).metrics
+    assert np.isfinite(metrics["kl_mean"]) and 0.0 <= metrics["agreement"] <= 1.0
