@@ -28,6 +28,19 @@ from benchmarks.common import ROOT
 from kvcore.atomic import write_text
 
 PROMPTS = ("dict_lookup", "needle_in_code", "long_identifier")
+#: Parameters KV Lens runs a method with, the same values kvpress_reference.py gives its press.
+PARAMS: dict[str, dict[str, Any]] = {
+    "chunk-keydiff": {"chunk_length": 256},
+    "simlayerkv": {"lazy_threshold": 0.6, "n_recent": 256},
+    "dms": {"threshold": 0.001},
+}
+
+
+def _params(method: str, ratio: float, n_layers: int) -> dict[str, Any]:
+    """PARAMS, and per_layer_compression's ratios as kvpress_reference.layer_ratios sets them (mean r)."""
+    if method.startswith("per_layer_compression"):
+        return {"layer_ratios": tuple(ratio * (0.5 + layer / (n_layers - 1)) for layer in range(n_layers))}
+    return PARAMS.get(method, {})
 
 
 def write_ids(path: Path) -> None:
@@ -64,7 +77,8 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
         # h2o's sums free the prompt queries that non_causal_attention and compactor read: h2o's methods last.
         entries.sort(key=lambda entry: "h2o" in entry[0])
         for method, schedule, ratio, theirs in entries:
-            state = session.compress(CompressionConfig(method, ratio, schedule=schedule))
+            params = _params(method, ratio, len(theirs))
+            state = session.compress(CompressionConfig(method, ratio, schedule=schedule, params=params))
             scores = session.ranking(state.config).layers
             for layer, heads in enumerate(theirs):
                 for head, positions in enumerate(heads):
@@ -111,7 +125,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-ids", type=Path, help="write the prompts' token ids for kvpress_reference.py")
     p.add_argument("--compare", type=Path, help="kvpress_reference.py's output")
     p.add_argument("--ids", type=Path, default=Path("ids.json"), help="the ids file the reference ran on")
+    p.add_argument(
+        "--decoding",
+        default="",
+        help="decoding-time parity (benchmarks.kvpress_decoding): comma-separated policies, or 'all'",
+    )
     args = p.parse_args(argv)
+    if args.decoding:
+        from benchmarks import kvpress_decoding
+
+        names = list(kvpress_decoding.POLICIES) if args.decoding == "all" else args.decoding.split(",")
+        if args.write_ids:
+            kvpress_decoding.write_ids(args.write_ids, names)
+        elif args.compare:
+            kvpress_decoding.print_rows(kvpress_decoding.compare(args.compare, args.ids))
+        else:
+            p.error("give --write-ids FILE or --compare FILE")
+        return 0
     if args.write_ids:
         write_ids(args.write_ids)
         return 0

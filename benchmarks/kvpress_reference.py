@@ -34,6 +34,19 @@ def _stub_missing(*names: str) -> None:
             sys.modules[name] = module
 
 
+def _snapkv(kvpress):
+    return kvpress.SnapKVPress(window_size=64, kernel_size=5)
+
+
+FINCH_WINDOW = 64  # KV Lens's finch window (its default, kvcore.defaults.DEFAULT_WINDOW)
+
+
+def layer_ratios(ratio: float, n_layers: int) -> list[float]:
+    """per_layer_compression's parity setting: from r/2 in the first layer to 3r/2 in the last (mean r); the same
+    rule is in kvpress_parity.py (this script imports nothing of KV Lens)."""
+    return [ratio * (0.5 + layer / (n_layers - 1)) for layer in range(n_layers)]
+
+
 def _presses(kvpress):
     """KV Lens method name -> (kvpress press factory, attention implementation it needs)."""
     return {
@@ -53,6 +66,19 @@ def _presses(kvpress):
         "non_causal_attention": (kvpress.NonCausalAttnPress, "sdpa"),
         "compactor": (kvpress.CompactorPress, "sdpa"),
         "cap": (kvpress.CapPress, "sdpa"),
+        # wrappers (KV Lens names WRAPPER-INNER; bare = the default inner); parameters as kvpress_parity.PARAMS
+        "chunkkv": (lambda: kvpress.ChunkKVPress(_snapkv(kvpress), chunk_length=20), "sdpa"),
+        "criticalkv": (lambda: kvpress.CriticalKVPress(_snapkv(kvpress)), "sdpa"),
+        "critical_adakv": (lambda: kvpress.CriticalAdaKVPress(_snapkv(kvpress)), "sdpa"),
+        "chunk-keydiff": (lambda: kvpress.ChunkPress(kvpress.KeyDiffPress(), chunk_length=256), "sdpa"),
+        "block": (lambda: kvpress.BlockPress(kvpress.KeyDiffPress(), block_size=128), "sdpa"),
+        "per_layer_compression": (lambda: kvpress.PerLayerCompressionPress(_snapkv(kvpress), [0.0]), "sdpa"),
+        "snapkv+knorm": (lambda: kvpress.ComposedPress([_snapkv(kvpress), kvpress.KnormPress()]), "sdpa"),
+        "key_rerotation": (lambda: kvpress.KeyRerotationPress(_snapkv(kvpress)), "sdpa"),
+        "simlayerkv": (lambda: kvpress.SimLayerKVPress(lazy_threshold=0.6, n_recent=256), "sdpa"),
+        "dms": (lambda: kvpress.DMSPress(_snapkv(kvpress), threshold=0.001), "sdpa"),
+        # finch reads its window from a delimiter token, added to a model of its own (FINCH_WINDOW before the end)
+        "finch": (kvpress.FinchPress, "sdpa+delimiter"),
         "duo_attention": (lambda: _duo_on_prompt(kvpress), "sdpa"),
         "expected_attention_stats": (lambda: _stats_from_artifact(kvpress), "sdpa"),
         "qfilter": (lambda: _qfilter_from_artifact(kvpress), "sdpa"),
@@ -225,14 +251,28 @@ def _layer_keys(cache, layer: int):
     return cache.layers[layer].keys if hasattr(cache, "layers") else cache.key_cache[layer]
 
 
-def _kept(model, press, ids, torch, cache_cls) -> list[list[list[int]]]:
-    """[layer][kv-head] sorted kept positions of one pressed prefill."""
+def _record_rerotated(kvpress) -> None:
+    """Re-rotated keys no longer match their dense rows (and in layer 0 a repeated token's copies are identical
+    up to RoPE), so the positions kvpress re-rotates are read where it passes them: `rerotate_keys`'s indices,
+    kept on the attention module (key_rerotation, finch)."""
+    original = kvpress.KeyRerotationPress.rerotate_keys
+
+    def recording(module, indices, keys):
+        module.kvlens_rerotated = indices[0].tolist()
+        return original(module, indices, keys)
+
+    kvpress.KeyRerotationPress.rerotate_keys = staticmethod(recording)
+
+
+def _kept(model, press, ids, torch, cache_cls, pressed_ids=None) -> list[list[list[int]]]:
+    """[layer][kv-head] sorted kept positions of one pressed prefill (pressed_ids: the pressed run's input,
+    finch's with its delimiter)."""
     with torch.no_grad():
         dense = cache_cls()
         model.model(input_ids=ids, past_key_values=dense)
         pressed = cache_cls()
         with press(model):
-            model.model(input_ids=ids, past_key_values=pressed)
+            model.model(input_ids=ids if pressed_ids is None else pressed_ids, past_key_values=pressed)
     out = []
     for i, layer in enumerate(model.model.layers):
         ref = _layer_keys(dense, i)[0].float()  # [H, T, D]
@@ -243,6 +283,11 @@ def _kept(model, press, ids, torch, cache_cls) -> list[list[list[int]]]:
             keep[masked[1], masked[2]] = False
             out.append([torch.nonzero(keep[h]).flatten().tolist() for h in range(n_heads)])
             layer.self_attn.masked_key_indices = None
+            continue
+        rerotated = getattr(layer.self_attn, "kvlens_rerotated", None)
+        if rerotated is not None:
+            out.append([sorted(h) for h in rerotated])
+            layer.self_attn.kvlens_rerotated = None
             continue
         kept = _layer_keys(pressed, i)[0].float()  # [H, n, D]
         nearest = torch.cdist(kept, ref).argmin(dim=-1)  # [H, n]
@@ -267,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
         default="numpy",
         help="leverage's Gaussian sketch: KV Lens's (seed 0) or torch's own random draw",
     )
+    p.add_argument(
+        "--decoding",
+        action="store_true",
+        help="--ids is `kvpress_parity --decoding --write-ids` output: run DecodingPress on its generated ids",
+    )
     args = p.parse_args(argv)
     _stub_missing("datasets", "fire", "cachetools")
     import kvpress
@@ -280,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = json.loads(args.ids.read_text())
     ratios = [float(r) for r in args.ratios.split(",")]
     presses = _presses(kvpress)
+    _record_rerotated(kvpress)
     chosen = [m for m in (args.methods.split(",") if args.methods else presses) if m]
     models = {}
     result = {
@@ -291,12 +342,28 @@ def main(argv: list[str] | None = None) -> int:
         "kept": {},
     }
     start = time.perf_counter()
+    if args.decoding:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import kvpress_decoding_reference
+
+        model = AutoModelForCausalLM.from_pretrained(
+            args.model, torch_dtype=torch.float32, attn_implementation="sdpa"
+        ).to(device)
+        entries = [e for e in prompts if not args.methods or e["name"] in args.methods.split(",")]
+        for entry in entries:  # written after each policy: a long CPU run keeps what it finished
+            result["kept"].update(
+                kvpress_decoding_reference.run(model, [entry], kvpress, torch, DynamicCache)
+            )
+            _write(args.out, result)
+        return 0
     for method in chosen:
         factory, attention = presses[method]
         if attention not in models:
             models[attention] = AutoModelForCausalLM.from_pretrained(
-                args.model, torch_dtype=torch.float32, attn_implementation=attention
+                args.model, torch_dtype=torch.float32, attn_implementation=attention.split("+")[0]
             ).to(device)
+            if attention.endswith("+delimiter"):  # one new token id, dropped from the input by finch's hook
+                models[attention].resize_token_embeddings(models[attention].config.vocab_size + 1)
         model = models[attention]
         for prompt in prompts:
             for schedule, id_list in prompt["ids"].items():
@@ -304,16 +371,36 @@ def main(argv: list[str] | None = None) -> int:
                 _prompt.ids = ids
                 for ratio in ratios:
                     press = factory()
-                    press.compression_ratio = 1.0 - ratio
+                    if isinstance(press, kvpress.PerLayerCompressionPress):
+                        n_layers = model.config.num_hidden_layers
+                        press.compression_ratios = [1.0 - r for r in layer_ratios(ratio, n_layers)]
+                    elif isinstance(
+                        press, kvpress.ComposedPress
+                    ):  # each stage keeps r^(1/k), as KV Lens's chain
+                        for stage in press.presses:
+                            stage.compression_ratio = 1.0 - ratio ** (1 / len(press.presses))
+                    elif not isinstance(
+                        press, (kvpress.SimLayerKVPress, kvpress.DMSPress)
+                    ):  # they set their own
+                        press.compression_ratio = 1.0 - ratio
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"
-                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache)
+                    pressed_ids = None
+                    if isinstance(press, kvpress.FinchPress):
+                        press.delimiter_token_id = model.config.vocab_size - 1
+                        cut = len(id_list) - FINCH_WINDOW
+                        pressed_ids = torch.tensor(
+                            [[*id_list[:cut], press.delimiter_token_id, *id_list[cut:]]]
+                        )
+                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache, pressed_ids)
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)
-    partial = args.out.with_name(
-        f".{args.out.name}.partial"
-    )  # torch's venv has no kvcore: temp file + rename
-    partial.write_text(json.dumps(result))
-    os.replace(partial, args.out)
+    _write(args.out, result)
     return 0
+
+
+def _write(out: Path, result: dict) -> None:
+    partial = out.with_name(f".{out.name}.partial")  # torch's venv has no kvcore: temp file + rename
+    partial.write_text(json.dumps(result))
+    os.replace(partial, out)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ __all__ = [
 def scheme_for(quant: str = DEFAULT_QUANT, group_size: int = DEFAULT_GROUP_SIZE) -> QuantScheme:
     """The scheme `quant` (kvcore.quant) at `group_size`, or at its own where the format fixes one (mxfp4 32, nvfp4
     16): the caches take affine's arguments for every scheme. ValueError naming what is allowed otherwise."""
-    groups = type(get_scheme(quant)).allowed_group_sizes
+    groups = get_scheme(quant).allowed_group_sizes
     return get_scheme(quant, group_size=groups[0] if len(groups) == 1 else group_size)
 
 
@@ -404,7 +404,12 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
         self._set_scheme(scheme_for(quant, group_size), bits, value_bits)
 
     def _set_scheme(self, scheme: QuantScheme, bits: int, value_bits: int) -> None:
-        validate_widths(bits, value_bits, scheme.group_size, quant=scheme.name)
+        if scheme.per_channel_keys:
+            raise ValueError(
+                f"{scheme.name} packs keys per channel, along tokens: its layers are kvcore.cache.kivi.KiviKVCache "
+                "(kivi_cache), not a row-packed cache"
+            )
+        validate_widths(bits, value_bits, scheme.group_size, quant=scheme.spec)
         self.scheme = scheme
         self.group_size = scheme.group_size  # mlx-lm reads it
         self.bits = bits
@@ -412,8 +417,9 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
 
     @property
     def quant(self) -> str:
-        """The scheme's name (kvcore.quant), as the state, files and CSVs carry it."""
-        return self.scheme.name
+        """The scheme's spec (its name, and its parameters off their defaults: kvcore.quant), as the state, files
+        and CSVs carry it."""
+        return self.scheme.spec
 
     @property
     def mode(self) -> str:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ _BLOCK_CELLS = 1 << 22
 #: The CSV's columns: from `step` on, (layer, kv_head) holds position (kept 1) or no longer holds it (kept 0).
 TIMELINE_COLUMNS = ("step", "layer", "kv_head", "position", "kept")
 
-__all__ = ["NEVER", "TIMELINE_COLUMNS", "Timeline", "timeline", "write_timeline_csv"]
+__all__ = ["NEVER", "TIMELINE_COLUMNS", "Timeline", "held_before", "of_run", "timeline", "write_timeline_csv"]
 
 
 @dataclass(frozen=True)
@@ -212,3 +213,19 @@ def write_timeline_csv(path: str | os.PathLike, tl: Timeline) -> int:
     np.savetxt(buffer, rows, fmt="%d", delimiter=",")
     write_text(path, buffer.getvalue())
     return len(rows)
+
+
+def of_run(run: DecodingRun) -> Timeline:
+    """The timeline of a run that recorded its own start (`decode_with_policy` sets n_start and start_kept)."""
+    return timeline(run, run.n_start, run.start_kept)
+
+
+def held_before(run: Any) -> Iterator[tuple[Any, list[list[list[int]] | None]]]:
+    """(compression, what each (layer, kv-head) held just before it), in order: what the previous compression kept
+    (or the start) plus the tokens appended since."""
+    held, last_step = run.start_kept, 0
+    for c in run.compressions:
+        new = list(range(run.n_start + last_step, run.n_start + c.step))
+        before = [None if layer is None else [p + new for p in layer] for layer in held]
+        yield c, before
+        held, last_step = c.kept, c.step

@@ -37,7 +37,9 @@ class Cap(Method):
     tau: float = param(5.0, "temperature of the query-key alignment weights", minimum=0.0)
     #: Capture keeps the first QUERY_STATS_HEAD positions' queries one by one, so the sinks can go up to that.
     n_sink: int = n_sink_param(maximum=QUERY_STATS_HEAD)
-    epsilon: float = param(1e-6, "added to the weights before their square root (stability)", minimum=0.0)
+    weight_epsilon: float = param(
+        1e-6, "added to the weights before their square root (stability; kvpress's epsilon)", minimum=0.0
+    )
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:
         stats = obs.query_stats
@@ -64,7 +66,7 @@ class Cap(Method):
         cosine = mx.clip((_unit(keys) * anchor[:, None]).sum(axis=-1), -1.0, 1.0)  # [H_q, T']
         logits = self.tau * cosine
         weights = mx.exp(logits - logits.max(axis=-1, keepdims=True))
-        scaled = values * mx.sqrt(weights + self.epsilon)[..., None]
+        scaled = values * mx.sqrt(weights + self.weight_epsilon)[..., None]
         capacity = mx.eye(values.shape[-1]) + scaled.transpose(0, 2, 1) @ scaled  # [H_q, D, D]
         # vᵀA⁻¹v = ‖L⁻¹v‖² with A = LLᵀ (A is symmetric positive definite); linear algebra runs on the CPU stream.
         lower = mx.linalg.cholesky(capacity, stream=mx.cpu)

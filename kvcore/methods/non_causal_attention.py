@@ -28,8 +28,9 @@ def prompt_queries(obs: LayerObservation, method: str) -> mx.array:
     chunks = obs.pending_queries or []
     if obs.latent or sum(q.shape[1] for q in chunks) != obs.n_tokens:
         raise ValueError(
-            f"{method} needs every prompt query, which a CPU prefill keeps until h2o's sums are computed (not "
-            "after h2o, a session file, a CUDA prefill or on MLA layers): prefill again and run it before h2o"
+            f"{method} needs every prompt query, which a CPU prefill keeps (not a session file, a CUDA prefill, MLA "
+            "layers, or a long prompt's after h2o: kvcore.defaults.KEEP_PROMPT_QUERIES_BYTES): prefill again and "
+            "run it before h2o"
         )
     return mx.concatenate(chunks, axis=1).astype(mx.float32)
 

@@ -33,6 +33,8 @@ class QuantScheme:
     mode: ClassVar[str] = "affine"
     #: Stored parts of a packed side: codes and scales, and a bias per group where the scheme has one (affine).
     has_biases: ClassVar[bool] = False
+    #: Keys packed per channel, in groups along tokens (KIVI): the cache is `kvcore.cache.kivi.KiviKVCache`.
+    per_channel_keys: ClassVar[bool] = False
 
     group_size: int = param(DEFAULT_GROUP_SIZE, "elements of head_dim sharing one scale")
 
@@ -57,6 +59,17 @@ class QuantScheme:
 
     #: Stored parts are not mx.quantize's: a file's arrays are checked by the scheme's `layout_refusal`.
     own_layout: ClassVar[bool] = False
+
+    @property
+    def spec(self) -> str:
+        """The name with every parameter not at its default but group_size (which the caches carry on their own):
+        "affine", "rotated:packing=mxfp4" — what `kvcore.quant.get` rebuilds this scheme from."""
+        changed = [
+            f"{p.name}={p.choices[v] if p.choices else v}"
+            for p in self.parameters()
+            if p.name != "group_size" and (v := getattr(self, p.name)) != p.default
+        ]
+        return f"{self.name}:{','.join(changed)}" if changed else self.name
 
     @property
     def n_parts(self) -> int:

@@ -52,7 +52,10 @@ def test_non_causal_attention_matches_numpy(loaded_models, chunk_size):
         np.testing.assert_array_equal(selection.select(ranking, 0.3)[i], top)
 
 
-def test_queries_gone_after_h2o_is_one_line(loaded_models):
+def test_queries_gone_after_h2o_is_one_line(loaded_models, monkeypatch):
+    from kvcore import defaults
+
+    monkeypatch.setattr(defaults, "KEEP_PROMPT_QUERIES_BYTES", 0)  # a long prompt: h2o frees its queries
     model = loaded_models["llama"][0]
     result = capture.prefill_with_capture(model, real_layers.prompt_ids(model, 20, 1), h2o="lazy")
     selection.rank(result.observations, "h2o")  # computes h2o's sums and frees the queries
