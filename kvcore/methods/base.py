@@ -85,7 +85,15 @@ class Method:
     @classmethod
     def refusal(cls, inner: type[Method]) -> str | None:
         """Why this wrapper cannot wrap methods of class `inner` (one line naming the fix), or None when it can."""
-        if inner.wraps or inner.keeps_everything or inner.shared_across_heads or inner.chooses:
+        # a method that decides across layers (duo_attention's streaming heads) has no per-layer ranking to wrap
+        decides_across = inner.across_layers is not Method.across_layers
+        if (
+            inner.wraps
+            or inner.keeps_everything
+            or inner.shared_across_heads
+            or inner.chooses
+            or decides_across
+        ):
             return f"{cls.name} needs a per-head scorer, got {inner.name!r}: wrap snapkv, knorm, h2o..."
         return None
 

@@ -258,17 +258,26 @@ def load(method: str, fingerprint: str, model: str) -> Artifact:
 
 
 def needs_artifact(method: Any) -> bool:
-    """Whether `method` (or the method it wraps) reads a calibration artifact."""
+    """Whether `method` (or a method it wraps or chains) reads a calibration artifact."""
     inner = getattr(method, "inner", None)
-    return needs_artifact(inner) if inner is not None else bool(getattr(method, "calibration", ""))
+    if inner is not None:
+        return needs_artifact(inner)
+    stages = getattr(method, "stages", None)
+    if stages is not None:
+        return any(needs_artifact(s) for s in stages)
+    return bool(getattr(method, "calibration", ""))
 
 
 def bind(method: Any, fingerprint: str, model: str) -> Any:
-    """`method` (or the method a wrapper wraps) with its calibration artifact attached, when it needs one."""
+    """`method` (or the methods it wraps or chains) with its calibration artifact attached, when it needs one."""
     inner = getattr(method, "inner", None)
     if inner is not None:
         bound = bind(inner, fingerprint, model)
         return method if bound is inner else dataclasses.replace(method, inner=bound)
+    stages = getattr(method, "stages", None)
+    if stages is not None:
+        bound_stages = tuple(bind(s, fingerprint, model) for s in stages)
+        return method if bound_stages == stages else dataclasses.replace(method, stages=bound_stages)
     name = getattr(method, "calibration", "")
     if not name:
         return method
