@@ -25,6 +25,11 @@ TUPLES = {
 }
 
 
+def _copies_a_value(node: ast.AST | None) -> bool:
+    """A literal that could copy a default; None ("not given: the method's own") copies none."""
+    return isinstance(node, ast.Constant) and node.value is not None
+
+
 def _literal_defaults(tree: ast.AST) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(tree):
@@ -33,14 +38,12 @@ def _literal_defaults(tree: ast.AST) -> list[tuple[int, str]]:
             positional = [*args.posonlyargs, *args.args]
             pairs = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True))
             pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
-            found += [
-                (d.lineno, a.arg) for a, d in pairs if a.arg in DEFAULTED and isinstance(d, ast.Constant)
-            ]
+            found += [(d.lineno, a.arg) for a, d in pairs if a.arg in DEFAULTED and _copies_a_value(d)]
         elif (
             isinstance(node, ast.AnnAssign)
             and isinstance(node.target, ast.Name)
             and node.target.id in DEFAULTED
-            and isinstance(node.value, ast.Constant)
+            and _copies_a_value(node.value)
         ):
             found.append((node.lineno, node.target.id))
     return found

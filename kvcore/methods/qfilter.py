@@ -43,7 +43,9 @@ class QFilter(Method):
     description = "Keys against each head's principal query direction (calibrated per model): −⟨k, filter⟩"
     calibration: ClassVar[str] = "qfilter"
     calibration_skip: ClassVar[int] = 0  # every prompt position's query counts
-    scores_from_cache = True  # only the keys (and the artifact): chunks and a chain's later stages may score slices
+    scores_from_cache = (
+        True  # only the keys (and the artifact): chunks and a chain's later stages may score slices
+    )
 
     post_rope_keys: int = param(
         1, "1: score the cached keys (after RoPE), as kvpress; 0: the keys before RoPE", minimum=0, maximum=1
