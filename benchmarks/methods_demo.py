@@ -1,0 +1,117 @@
+"""Which methods keep the answer on the demo model: its needle probes and the long-identifier sample, all at 25 %.
+
+Needle probes: the held-out families (never trained on), 600–1,700 tokens, one prefill each, every method
+recompressed from it (`kvcore.probes.scoring`, as `benchmarks.probe_sweep`); recall is the share of probes whose
+value the compressed cache still completes. Long identifier (resources/prompts/long_identifier.txt): a function name
+defined ~590 tokens before its use; the dense continuation writes it, and a method keeps the answer when its own
+continuation writes the same name (the characters before the first "("); the KL and agreement against the dense
+continuation are Session's. Methods whose artifact is missing (calibrated ones) are listed as refused.
+
+    .venv/bin/python -m benchmarks.methods_demo [--probes 20] [--ratio 0.25] [--methods a,b] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import kvcore  # noqa: F401  (loads the optimized BLAS before mlx)
+from benchmarks.probe_sweep import probes
+from kvcore import methods
+from kvcore.atomic import write_text
+from kvcore.engine.session import CompressionConfig, Session
+from kvcore.probes.scoring import config_rows, probe_rows, recall_table
+from kvcore.resources import demo_model_dir, prompts_dir
+
+IDENTIFIER_TOKENS = 24
+
+
+def default_methods() -> list[str]:
+    """Every method by its bare name, adakv over expected_attention (the leaderboard's) and one chain."""
+    bare = [n for n in methods.available() if "-" not in n and n not in ("full", "composed")]
+    return [*bare, "adakv-expected_attention", "snapkv+knorm"]
+
+
+def identifier(text: str) -> str:
+    """The name a continuation writes: everything before its first "(" (the call), stripped."""
+    return text.split("(", 1)[0].strip()
+
+
+def long_identifier(session: Session, names: list[str], ratio: float) -> dict[str, dict]:
+    text = (prompts_dir() / "long_identifier.txt").read_text(encoding="utf-8")
+    session.prefill(text, n_tokens=IDENTIFIER_TOKENS)
+    dense = identifier(session.tokenizer.decode(session.dense_tokens))
+    out = {"dense": {"name": dense, "keeps": True}}
+    for name in names:
+        try:
+            regen = session.regenerate(session.compress(CompressionConfig(name, ratio)))
+        except ValueError as error:
+            out[name] = {"refused": str(error)}
+            continue
+        written = identifier(session.tokenizer.decode(regen.tokens))
+        m = regen.metrics
+        out[name] = {
+            "name": written,
+            "keeps": written == dense,
+            "kl_mean": m.get("kl_mean"),
+            "top1_agreement": m.get("agreement"),
+            "first_divergence": m.get("first_divergence"),
+        }
+    return out
+
+
+def needles(session: Session, names: list[str], ratio: float, n: int) -> dict[str, float | str]:
+    rows: list[dict] = []
+    refused: dict[str, str] = {}
+    for probe in probes(session.tokenizer, n):
+        rows += probe_rows(session, probe, [])
+        for name in names:
+            if name in refused:
+                continue
+            try:
+                rows += config_rows(session, probe, [CompressionConfig(name, ratio)])
+            except ValueError as error:
+                refused[name] = str(error)
+    table = {k[0]: v for k, v in recall_table(rows).items() if k[0] == "dense" or k[2] == ratio}
+    return {**table, **{n: f"refused: {why}" for n, why in refused.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=str(demo_model_dir()))
+    p.add_argument("--probes", type=int, default=20)
+    p.add_argument("--ratio", type=float, default=0.25, help="retention (kept share of the prompt)")
+    p.add_argument("--methods", default="", help="comma-separated (default: every method)")
+    p.add_argument("--out", default="", help="also write the results as JSON")
+    args = p.parse_args(argv)
+    names = [m for m in args.methods.split(",") if m] or default_methods()
+    start = time.perf_counter()
+    session = Session.load(args.model)
+    ident = long_identifier(session, names, args.ratio)
+    recall = needles(session, names, args.ratio, args.probes)
+    result = {"ratio": args.ratio, "probes": args.probes, "long_identifier": ident, "needle_recall": recall}
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    print(
+        f"| method | needle recall ({args.probes} probes) | long identifier | KL mean | top-1 | first divergence |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name in ["dense", *names]:
+        r, li = recall.get(name, ""), ident.get(name, {})
+        cell = f"{r:.2f}" if isinstance(r, float) else str(r)[:60]
+        if "refused" in li:
+            print(f"| {name} | {cell} | refused | | | |")
+            continue
+        written = f"`{li.get('name', '')[:48]}`"
+        kept = f"writes {written}" if name == "dense" else "kept" if li.get("keeps") else f"lost: {written}"
+        kl, agree, first = li.get("kl_mean"), li.get("top1_agreement"), li.get("first_divergence")
+        fmt = lambda v, f: "" if v is None else format(v, f)  # noqa: E731
+        print(f"| {name} | {cell} | {kept} | {fmt(kl, '.3f')} | {fmt(agree, '.2f')} | {fmt(first, '')} |")
+    print(f"({result['seconds']} s)")
+    if args.out:
+        write_text(args.out, json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
