@@ -77,6 +77,8 @@ class LayerObservation:
     latent: bool = False  # an MLA layer observed in latent space (kvcore.model.mla)
     values: mx.array | None = None  # [H_kv, T, head_dim], a view of the cache (latent: None)
     query_stats: query_stats_module.QueryStats | None = None  # pre-RoPE statistics (expected_attention)
+    #: Scores from an extra forward pass (kvzip: `Method.reconstruct`), by what they depend on; [H_kv, T] float32.
+    reconstruction: dict[tuple, mx.array] = field(default_factory=dict)
 
     @property
     def n_tokens(self) -> int:

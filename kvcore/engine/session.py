@@ -547,8 +547,21 @@ class Session:
         observed = self._observed(config.schedule)
         key = (config.method_instance, config.schedule)
         if key not in self._rankings:
+            self._reconstruct(config.method_instance, config.schedule)
             self._rankings[key] = rank(observed.observations, config.method_instance)
         return self._rankings[key]
+
+    def _reconstruct(self, method: Method, schedule: str) -> None:
+        """Run the extra forward pass of a method scored by one (kvzip, or a wrapper over it), once per prefill,
+        schedule and parameters: its scores are cached in the observations, the cache stays the context's."""
+        while method is not None:
+            if method.needs_reconstruction:
+                ids = self.prompt_ids[: self.n_compressible(schedule)]
+                observed = self._observed(schedule)
+                self.forward_calls += method.reconstruct(
+                    self.model, self.tokenizer, observed, ids, self.chat_template_applied
+                )
+            method = getattr(method, "inner", None)
 
     def check_config(self, config: CompressionConfig) -> None:
         """Refuse a config this model cannot run, before any work (the CLI calls it before the prefill)."""

@@ -28,7 +28,10 @@ class Method:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
-    budget: ClassVar[str] = "uniform"  # or "pyramidkv": per-layer counts from kvcore.methods.budgets
+    budget: ClassVar[str] = (
+        "uniform"  # or "pyramidkv": per-layer counts from kvcore.methods.budgets; or "global"
+    )
+    # (kvzip): the lowest scores across all layers and heads evicted (kvcore.methods.selection.global_select)
     shared_across_heads: ClassVar[bool] = False  # every kv-head keeps the same positions (tova)
     keeps_everything: ClassVar[bool] = False  # full: the ratio does not apply
     spreads_over_heads: ClassVar[bool] = False  # adakv: a layer's budget is spread unevenly over its kv-heads
@@ -36,6 +39,8 @@ class Method:
     needs_query_stats: ClassVar[bool] = (
         False  # pre-RoPE query statistics (kvcore.capture.query_stats): not on MLA
     )
+    #: Scores come from an extra forward pass over the context (kvzip): Session runs `reconstruct` before ranking.
+    needs_reconstruction: ClassVar[bool] = False
     #: A wrapper takes another method (`inner`) and is named WRAPPER-INNER (adakv-h2o); bare, it wraps `default_inner`.
     wraps: ClassVar[bool] = False
     default_inner: ClassVar[str] = ""
@@ -77,6 +82,11 @@ class Method:
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:
         """Scores [H_kv, T], float32, higher = more worth keeping."""
         raise NotImplementedError
+
+    def reconstruct(self, model: Any, tokenizer: Any, capture: Any, ids: list[int], templated: bool) -> int:
+        """needs_reconstruction methods: run their forward pass over `capture` and cache the scores in its
+        observations; returns the forward calls made."""
+        return 0
 
     def always_kept(self, n_tokens: int) -> np.ndarray:
         """Positions ranked above every scored one, highest priority first (kept as far as the budget allows)."""

@@ -140,6 +140,10 @@ def select(
     adakv=True (or an AdaKV method) spreads each layer's H_kv·n over its heads (ragged lists).
     """
     method = ranking.method
+    if method.budget == "global":
+        if not per_head:
+            raise ValueError(f"{method.label} evicts per kv-head across layers: turn per-head selection on")
+        return global_select(ranking, ratio, bool(method.values().get("layerwise", 0)))
     adakv = adakv or method.spreads_over_heads
     if adakv and (not per_head or method.shared_across_heads or method.keeps_everything):
         raise ValueError(f"adakv needs per-head selection with a per-head scorer, got {method.name!r} shared")
@@ -158,6 +162,42 @@ def select(
             out.append([np.sort(layer.order[h, :k]) for h, k in enumerate(counts)])
         else:
             out.append(np.sort(layer.order[:, :n], axis=1))
+    return out
+
+
+def global_select(ranking: Ranking, ratio: float, layerwise: bool = False) -> list[LayerSelection]:
+    """kvzip's selection (kvpress's KVzipPress): evict the int(N·(1 − r)) lowest scores of all N (layer, kv-head,
+    position) slots (layerwise: of each layer's H_kv·T slots), never the always-kept positions; ragged per head.
+
+    Ties are evicted lower position first within a head, lower layer and head first across them (kvpress's
+    `topk` picks among ties arbitrarily). A head left with nothing keeps its best position (kvpress would
+    attend over no key at all).
+    """
+    budgets.check_ratio(ratio)
+    ranked = [(i, r) for i, r in enumerate(ranking.layers) if r is not None]
+    out: list[LayerSelection] = [None] * len(ranking.layers)
+    if not ranked:
+        return out
+    priority = []
+    for _, layer in ranked:
+        p = layer.scores.astype(np.float64)
+        p[:, layer.order[0, : layer.n_always]] = np.inf
+        priority.append(p)
+    groups = [[k] for k in range(len(ranked))] if layerwise else [list(range(len(ranked)))]
+    for group in groups:
+        flat = np.concatenate([priority[k].ravel() for k in group])
+        n_evicted = int(flat.size * (1.0 - ratio))
+        keep = np.ones(flat.size, bool)
+        keep[np.argsort(flat, kind="stable")[:n_evicted]] = False
+        offset = 0
+        for k in group:
+            n_heads, n_tokens = priority[k].shape
+            mask = keep[offset : offset + n_heads * n_tokens].reshape(n_heads, n_tokens)
+            offset += n_heads * n_tokens
+            heads = [np.flatnonzero(row).astype(np.int32) for row in mask]
+            order = ranked[k][1].order
+            heads = [h if h.size else np.array([order[j, 0]], np.int32) for j, h in enumerate(heads)]
+            out[ranked[k][0]] = heads
     return out
 
 
