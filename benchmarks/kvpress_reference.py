@@ -35,7 +35,8 @@ def _stub_missing(*names: str) -> None:
 
 
 def _presses(kvpress):
-    """KV Lens method name -> (kvpress press factory, attention implementation it needs)."""
+    """KV Lens method name (`NAME?PARAM=VALUE&...` sets its parameters) -> (kvpress press factory, attention
+    implementation it needs)."""
     return {
         "snapkv": (lambda: kvpress.SnapKVPress(window_size=64, kernel_size=5), "sdpa"),
         "streaming_llm": (lambda: kvpress.StreamingLLMPress(n_sink=4), "sdpa"),
@@ -48,6 +49,13 @@ def _presses(kvpress):
         "adakv-expected_attention": (lambda: kvpress.AdaKVPress(kvpress.ExpectedAttentionPress()), "sdpa"),
         "keydiff": (kvpress.KeyDiffPress, "sdpa"),
         "lagkv": (lambda: kvpress.LagKVPress(n_sink=4, lag_size=128), "sdpa"),
+        "kvzip": (kvpress.KVzipPress, "sdpa"),
+        "kvzip?layerwise=1": (lambda: kvpress.KVzipPress(layerwise=True), "sdpa"),
+        "kvzip?kvzip_plus_normalization=1": (
+            lambda: kvpress.KVzipPress(kvzip_plus_normalization=True),
+            "sdpa",
+        ),
+        "kvzip?chunk_size=256": (lambda: kvpress.KVzipPress(chunk_size=256), "sdpa"),
     }
 
 

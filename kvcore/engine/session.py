@@ -598,6 +598,7 @@ class Session:
         else:
             on_device = device_select(ranking, selection) if selects_on_device() else None
             cache = caches.select_positions(source, selection, validate=False, device_indices=on_device)
+            cache = config.method_instance.store(cache, self.model, observed.observations)
         recompress_ms = (time.perf_counter() - start) * 1e3
         kept = self._kept_mask(selection, self.n_compressible(config.schedule), observed.cache)
         fixed = {
@@ -860,6 +861,11 @@ class Session:
     def token_texts(self, ids: Sequence[int]) -> list[str]:
         """Each token's own text (decoded alone), for axes and hover."""
         return [self.tokenizer.decode([int(t)]) for t in ids]
+
+    @staticmethod
+    def kept_channels(state: CompressedState) -> list[np.ndarray | None]:
+        """Per layer [H_kv, d_kept]: the key channels each kv-head stores (think), or None where all are stored."""
+        return [None if getattr(c, "channels", None) is None else np.array(c.channels) for c in state.cache]
 
     def kept_positions(self, state: CompressedState) -> list[list[list[int]]]:
         """[layer][kv_head] -> kept logical prompt positions, for the --positions JSON."""

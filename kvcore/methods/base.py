@@ -88,6 +88,11 @@ class Method:
         observations; returns the forward calls made."""
         return 0
 
+    def store(self, cache: list[Any], model: Any, observations: Any = ()) -> list[Any]:
+        """The compressed cache as this method stores it (think narrows the kept keys); by default the kept rows as
+        they were. `observations`: the schedule's, per layer."""
+        return cache
+
     def always_kept(self, n_tokens: int) -> np.ndarray:
         """Positions ranked above every scored one, highest priority first (kept as far as the budget allows)."""
         return np.zeros(0, np.int64)
