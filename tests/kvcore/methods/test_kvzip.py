@@ -157,3 +157,12 @@ def test_kvzip_without_its_pass_says_how(session):
     obs = session._observed("paper").observations
     with pytest.raises(ValueError, match="reconstruction pass"):
         selection.rank(obs, kvzip_module.KVzip(chunk_size=5))
+
+
+def test_kvzip_keeps_the_same_positions_when_its_pass_runs_again(session):
+    config = CompressionConfig("kvzip", 0.3)
+    first = session.compress(config).kept
+    for obs in session._observed("paper").observations:
+        obs.reconstruction.clear()
+    session._rankings.clear()
+    np.testing.assert_array_equal(session.compress(config).kept, first)
