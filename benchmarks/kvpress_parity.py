@@ -56,6 +56,7 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
     session = Session.load(str(ROOT / "resources" / "models" / "kvlens-demo"))
     groups: dict[tuple[str, str, float], list[tuple[float, str]]] = {}
     by_prompt: dict[str, list[tuple[str, str, float, Any]]] = {}
+    channel_rows: dict[tuple[str, str, float], list[bool]] = {}
     for key, kept in reference["kept"].items():
         method, name, schedule, ratio = key.split("|")
         by_prompt.setdefault(name, []).append((method, schedule, float(ratio), kept))
@@ -68,6 +69,17 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
             }
             state = session.compress(CompressionConfig(name, ratio, schedule=schedule, params=params))
             scores = session.ranking(state.config).layers
+            their_channels = reference.get("channels", {}).get(f"{method}|{name}|{schedule}|{ratio}")
+            if their_channels is not None:  # think: the key channels each head stores
+                ours_channels = Session.kept_channels(state)
+                same = [
+                    ours_channels[layer] is not None and ours_channels[layer][head].tolist() == heads[head]
+                    for layer, heads in enumerate(their_channels)
+                    for head in range(len(heads))
+                ]
+                channel_rows[(method, schedule, ratio)] = (
+                    channel_rows.get((method, schedule, ratio), []) + same
+                )
             for layer, heads in enumerate(theirs):
                 for head, positions in enumerate(heads):
                     ours = set(np.flatnonzero(state.kept[layer, head]).tolist())
@@ -105,6 +117,9 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
                 "differences": "; ".join(reasons[:3]) + (" …" if len(reasons) > 3 else ""),
             }
         )
+        same = channel_rows.get((method, schedule, ratio))
+        if same is not None:
+            rows[-1]["differences"] += f" key channels identical in {sum(same)}/{len(same)} heads"
     return rows
 
 

@@ -56,6 +56,12 @@ def _presses(kvpress):
             "sdpa",
         ),
         "kvzip?chunk_size=256": (lambda: kvpress.KVzipPress(chunk_size=256), "sdpa"),
+        "think": (
+            lambda: kvpress.ComposedPress(
+                [kvpress.SnapKVPress(window_size=64, kernel_size=5), kvpress.ThinKPress(0.5, window_size=32)]
+            ),
+            "sdpa",
+        ),
     }
 
 
@@ -63,8 +69,9 @@ def _layer_keys(cache, layer: int):
     return cache.layers[layer].keys if hasattr(cache, "layers") else cache.key_cache[layer]
 
 
-def _kept(model, press, ids, torch, cache_cls) -> list[list[list[int]]]:
-    """[layer][kv-head] sorted kept positions of one pressed prefill."""
+def _kept(model, press, ids, torch, cache_cls, channels=None) -> list[list[list[int]]]:
+    """[layer][kv-head] sorted kept positions of one pressed prefill; `channels` (a list) gets [layer][kv-head]
+    the key channels not zeroed (ThinK)."""
     with torch.no_grad():
         dense = cache_cls()
         model.model(input_ids=ids, past_key_values=dense)
@@ -83,6 +90,10 @@ def _kept(model, press, ids, torch, cache_cls) -> list[list[list[int]]]:
             layer.self_attn.masked_key_indices = None
             continue
         kept = _layer_keys(pressed, i)[0].float()  # [H, n, D]
+        if channels is not None:  # ThinK zeroed whole key channels: match rows on the others only
+            stored = kept.abs().sum(dim=1) != 0  # [H, D]
+            channels.append([torch.nonzero(stored[h]).flatten().tolist() for h in range(stored.shape[0])])
+            ref = ref * stored[:, None, :]
         nearest = torch.cdist(kept, ref).argmin(dim=-1)  # [H, n]
         out.append([sorted(nearest[h].tolist()) for h in range(nearest.shape[0])])
     return out
@@ -133,8 +144,13 @@ def main(argv: list[str] | None = None) -> int:
                 for ratio in ratios:
                     press = factory()
                     press.compression_ratio = 1.0 - ratio
+                    if hasattr(press, "presses"):  # composed: the ratio is its position press's
+                        press.presses[0].compression_ratio = 1.0 - ratio
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"
-                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache)
+                    channels = [] if method.startswith("think") else None
+                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache, channels)
+                    if channels is not None:
+                        result.setdefault("channels", {})[key] = channels
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)
     partial = args.out.with_name(
         f".{args.out.name}.partial"

@@ -867,6 +867,12 @@ class Session:
         """Per layer [H_kv, d_kept]: the key channels each kv-head stores (think), or None where all are stored."""
         return [None if getattr(c, "channels", None) is None else np.array(c.channels) for c in state.cache]
 
+    @staticmethod
+    def merge_targets(state: CompressedState) -> list[np.ndarray | None]:
+        """Per layer [H_kv, T]: the kept position each evicted one was merged into (merging), −1 where a position
+        is kept or was not merged; None for a layer nothing was merged in."""
+        return [getattr(c, "merged_into", None) for c in state.cache]
+
     def kept_positions(self, state: CompressedState) -> list[list[list[int]]]:
         """[layer][kv_head] -> kept logical prompt positions, for the --positions JSON."""
         return [

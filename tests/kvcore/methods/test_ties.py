@@ -42,8 +42,13 @@ def test_knorm_keeps_the_lowest_positions_among_exact_ties():
 
 
 @pytest.mark.parametrize(
-    "method", [m for m in available() if not m.startswith(("adakv-", "think", "kvzip")) or m == "adakv-knorm"]
-)  # think keeps its inner method's positions; kvzip's (a replay per run: suite time) are checked in test_kvzip
+    "method",
+    [
+        m
+        for m in available()
+        if not m.startswith(("adakv-", "think", "merging", "kvzip")) or m == "adakv-knorm"
+    ],
+)  # think and merging keep their inner method's positions; kvzip's (a replay per run: suite time): test_kvzip
 def test_compress_positions_files_are_byte_identical_five_times(method, model_dirs, tmp_path, capsys):
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("x = x + 1\n" * 30)  # repeated tokens: tied keys in the low layers
