@@ -57,6 +57,7 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str, float], list[tuple[float, str]]] = {}
     by_prompt: dict[str, list[tuple[str, str, float, Any]]] = {}
     channel_rows: dict[tuple[str, str, float], list[bool]] = {}
+    value_gaps: dict[tuple[str, str, float], float] = {}
     for key, kept in reference["kept"].items():
         method, name, schedule, ratio = key.split("|")
         by_prompt.setdefault(name, []).append((method, schedule, float(ratio), kept))
@@ -69,6 +70,17 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
             }
             state = session.compress(CompressionConfig(name, ratio, schedule=schedule, params=params))
             scores = session.ranking(state.config).layers
+            their_sums = reference.get("value_sums", {}).get(f"{method}|{name}|{schedule}|{ratio}")
+            if their_sums is not None:  # merging: the kept values' sum per head, relative difference
+                for layer, heads in enumerate(their_sums):
+                    _, stored = state.cache[layer].keys_and_values()
+                    counts = state.cache[layer].kept_counts
+                    for head, want in enumerate(heads):
+                        got = np.array(stored[0, head, : counts[head]]).sum(axis=0)
+                        gap = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-12))
+                        value_gaps[(method, schedule, ratio)] = max(
+                            value_gaps.get((method, schedule, ratio), 0), gap
+                        )
             their_channels = reference.get("channels", {}).get(f"{method}|{name}|{schedule}|{ratio}")
             if their_channels is not None:  # think: the key channels each head stores
                 ours_channels = Session.kept_channels(state)
@@ -120,6 +132,9 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
         same = channel_rows.get((method, schedule, ratio))
         if same is not None:
             rows[-1]["differences"] += f" key channels identical in {sum(same)}/{len(same)} heads"
+        gap = value_gaps.get((method, schedule, ratio))
+        if gap is not None:
+            rows[-1]["differences"] += f" merged values: largest relative gap of a head's value sum {gap:.1e}"
     return rows
 
 

@@ -56,6 +56,10 @@ def _presses(kvpress):
             "sdpa",
         ),
         "kvzip?chunk_size=256": (lambda: kvpress.KVzipPress(chunk_size=256), "sdpa"),
+        "merging": (
+            lambda: kvpress.MergingPress(press=kvpress.SnapKVPress(window_size=64, kernel_size=5)),
+            "sdpa",
+        ),
         "think": (
             lambda: kvpress.ComposedPress(
                 [kvpress.SnapKVPress(window_size=64, kernel_size=5), kvpress.ThinKPress(0.5, window_size=32)]
@@ -69,9 +73,13 @@ def _layer_keys(cache, layer: int):
     return cache.layers[layer].keys if hasattr(cache, "layers") else cache.key_cache[layer]
 
 
-def _kept(model, press, ids, torch, cache_cls, channels=None) -> list[list[list[int]]]:
+def _layer_values(cache, layer: int):
+    return cache.layers[layer].values if hasattr(cache, "layers") else cache.value_cache[layer]
+
+
+def _kept(model, press, ids, torch, cache_cls, channels=None, value_sums=None) -> list[list[list[int]]]:
     """[layer][kv-head] sorted kept positions of one pressed prefill; `channels` (a list) gets [layer][kv-head]
-    the key channels not zeroed (ThinK)."""
+    the key channels not zeroed (ThinK), `value_sums` [layer][kv-head] the sum of the kept values (merging)."""
     with torch.no_grad():
         dense = cache_cls()
         model.model(input_ids=ids, past_key_values=dense)
@@ -96,6 +104,8 @@ def _kept(model, press, ids, torch, cache_cls, channels=None) -> list[list[list[
             ref = ref * stored[:, None, :]
         nearest = torch.cdist(kept, ref).argmin(dim=-1)  # [H, n]
         out.append([sorted(nearest[h].tolist()) for h in range(nearest.shape[0])])
+        if value_sums is not None:  # merging rewrites kept values: their sum per head, [H][D]
+            value_sums.append(_layer_values(pressed, i)[0].float().sum(dim=1).tolist())
     return out
 
 
@@ -148,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
                         press.presses[0].compression_ratio = 1.0 - ratio
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"
                     channels = [] if method.startswith("think") else None
-                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache, channels)
+                    sums = [] if method.startswith("merging") else None
+                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache, channels, sums)
+                    if sums is not None:
+                        result.setdefault("value_sums", {})[key] = sums
                     if channels is not None:
                         result.setdefault("channels", {})[key] = channels
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)
