@@ -166,3 +166,15 @@ def test_kvzip_keeps_the_same_positions_when_its_pass_runs_again(session):
         obs.reconstruction.clear()
     session._rankings.clear()
     np.testing.assert_array_equal(session.compress(config).kept, first)
+
+
+def test_kvzip_under_a_chat_template_skips_its_opening_as_kvpress(model_dirs, tmp_path):
+    from tests.model_factory import with_chat_template
+
+    s = Session.load(str(with_chat_template(model_dirs["llama"], tmp_path / "llama-chat")))
+    s.prefill(PROMPT, n_tokens=1, chat_template=True)
+    prefix, suffix = kvzip_module.template_parts(s.tokenizer)
+    assert s.chat_template_applied and prefix > 0
+    assert suffix == list(s.tokenizer.encode("<|endoftext|>\n<|assistant|>\n", add_special_tokens=False))
+    scores = s.ranking(CompressionConfig("kvzip", 0.5)).layers[0].scores
+    assert (scores[:, :prefix] == 0).all() and (scores[:, prefix:] > 0).all()
