@@ -64,11 +64,11 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
     for name, entries in by_prompt.items():
         session.prefill(prompts[name]["ids"]["paper"], 1, chat_template=False)
         for method, schedule, ratio, theirs in entries:
-            name, _, query = method.partition("?")  # NAME?PARAM=VALUE&...: the method with these parameters
+            method_name, _, query = method.partition("?")  # NAME?PARAM=VALUE&...: the method with these parameters
             params = {
                 k: float(v) if "." in v else int(v) for k, v in (p.split("=") for p in query.split("&") if p)
             }
-            state = session.compress(CompressionConfig(name, ratio, schedule=schedule, params=params))
+            state = session.compress(CompressionConfig(method_name, ratio, schedule=schedule, params=params))
             scores = session.ranking(state.config).layers
             their_sums = reference.get("value_sums", {}).get(f"{method}|{name}|{schedule}|{ratio}")
             if their_sums is not None:  # merging: the kept values' sum per head, relative difference
