@@ -64,7 +64,9 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
     for name, entries in by_prompt.items():
         session.prefill(prompts[name]["ids"]["paper"], 1, chat_template=False)
         for method, schedule, ratio, theirs in entries:
-            method_name, _, query = method.partition("?")  # NAME?PARAM=VALUE&...: the method with these parameters
+            method_name, _, query = method.partition(
+                "?"
+            )  # NAME?PARAM=VALUE&...: the method with these parameters
             params = {
                 k: float(v) if "." in v else int(v) for k, v in (p.split("=") for p in query.split("&") if p)
             }

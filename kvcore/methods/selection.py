@@ -169,35 +169,35 @@ def global_select(ranking: Ranking, ratio: float, layerwise: bool = False) -> li
     """kvzip's selection (kvpress's KVzipPress): evict the int(N·(1 − r)) lowest scores of all N (layer, kv-head,
     position) slots (layerwise: of each layer's H_kv·T slots), never the always-kept positions; ragged per head.
 
-    Ties are evicted lower position first within a head, lower layer and head first across them (kvpress's
-    `topk` picks among ties arbitrarily). A head left with nothing keeps its best position (kvpress would
-    attend over no key at all).
+    Each head keeps a prefix of its own `order` (so `device_select` rebuilds the same rows): among equal scores
+    the later position goes first, and across heads the lower layer and head (kvpress's `topk` picks among ties
+    arbitrarily). A head left with nothing keeps its first position in order (kvpress would attend over no key).
     """
     budgets.check_ratio(ratio)
     ranked = [(i, r) for i, r in enumerate(ranking.layers) if r is not None]
     out: list[LayerSelection] = [None] * len(ranking.layers)
     if not ranked:
         return out
-    priority = []
+    reversed_priority = []  # per layer [H_kv, T]: each head's priorities from its last ranked position to its first
     for _, layer in ranked:
-        p = layer.scores.astype(np.float64)
-        p[:, layer.order[0, : layer.n_always]] = np.inf
-        priority.append(p)
+        p = np.take_along_axis(layer.scores.astype(np.float64), layer.order, axis=1)
+        p[:, : layer.n_always] = np.inf
+        reversed_priority.append(p[:, ::-1])
     groups = [[k] for k in range(len(ranked))] if layerwise else [list(range(len(ranked)))]
     for group in groups:
-        flat = np.concatenate([priority[k].ravel() for k in group])
+        flat = np.concatenate([reversed_priority[k].ravel() for k in group])
         n_evicted = int(flat.size * (1.0 - ratio))
-        keep = np.ones(flat.size, bool)
-        keep[np.argsort(flat, kind="stable")[:n_evicted]] = False
+        evicted = np.zeros(flat.size, bool)
+        evicted[np.argsort(flat, kind="stable")[:n_evicted]] = True
         offset = 0
         for k in group:
-            n_heads, n_tokens = priority[k].shape
-            mask = keep[offset : offset + n_heads * n_tokens].reshape(n_heads, n_tokens)
+            n_heads, n_tokens = reversed_priority[k].shape
+            counts = n_tokens - evicted[offset : offset + n_heads * n_tokens].reshape(n_heads, n_tokens).sum(
+                1
+            )
             offset += n_heads * n_tokens
-            heads = [np.flatnonzero(row).astype(np.int32) for row in mask]
             order = ranked[k][1].order
-            heads = [h if h.size else np.array([order[j, 0]], np.int32) for j, h in enumerate(heads)]
-            out[ranked[k][0]] = heads
+            out[ranked[k][0]] = [np.sort(order[h, : max(int(c), 1)]) for h, c in enumerate(counts)]
     return out
 
 

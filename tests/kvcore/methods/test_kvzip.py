@@ -142,6 +142,12 @@ def test_kvzip_evicts_the_lowest_scores_across_layers_and_heads(session, layerwi
     if layerwise:
         assert len(set(counts.sum(axis=1).tolist())) == 1
     assert state.kept[..., :4].all()
+    rebuilt = selection.device_select(
+        state.ranking, state.selection
+    )  # what a GPU session sends: the same rows
+    for layer, heads in zip(rebuilt, state.selection, strict=True):
+        for h, kept in enumerate(heads):
+            np.testing.assert_array_equal(np.array(layer[h, : kept.size]), kept)
     assert state.bytes_compressed < state.bytes_dense
 
 
