@@ -53,8 +53,9 @@ def test_think_prunes_kvpress_channels_and_attends_as_zeroed_keys(session, inner
     assert state.bytes_compressed == plain.bytes_compressed - narrow
 
 
-def test_think_decodes_through_narrow_keys(session):
-    state = session.compress(CompressionConfig("think", 0.5))
+@pytest.mark.parametrize("schedule", ["paper", "mlx-lm"])
+def test_think_decodes_through_narrow_keys(session, schedule):
+    state = session.compress(CompressionConfig("think", 0.5, schedule=schedule))
     result = session.regenerate(state, n=4)
     assert len(result.tokens) == 4
 
