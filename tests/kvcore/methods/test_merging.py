@@ -60,3 +60,17 @@ def test_merging_decodes_and_refuses_packed_values(session):
     assert len(session.regenerate(session.compress(CompressionConfig("merging-knorm", 0.5)), n=3).tokens) == 3
     with pytest.raises(ValueError, match="quantization off"):
         session.compress(CompressionConfig("merging", 0.5, bits=4, group_size=32))
+
+
+@pytest.mark.parametrize(("method", "field"), [("think", "key_channels"), ("merging", "merged_into")])
+def test_positions_file_shows_what_was_stored(model_dirs, tmp_path, capsys, method, field):
+    import json
+
+    from kvcore.cli.main import main
+
+    out = tmp_path / "kept.json"
+    argv = ["compress", "--model", str(model_dirs["llama"]), "-p", PROMPT, "--tokens", "1", "--json"]
+    assert main([*argv, "--method", method, "--ratio", "0.5", "--positions", str(out)]) == 0
+    capsys.readouterr()
+    layers = json.loads(out.read_text())["layers"]
+    assert all(field in layer and len(layer[field]) == len(layer["heads"]) for layer in layers)
