@@ -26,7 +26,7 @@ import mlx.nn as nn
 import numpy as np
 
 from kvcore.capture import reconstruction
-from kvcore.capture.prefill import CaptureResult, LayerObservation
+from kvcore.capture.prefill import BLOCK_ELEMENTS, CaptureResult, LayerObservation
 from kvcore.declared import param
 from kvcore.methods.base import Method, n_sink_param
 from kvcore.model import prompting
@@ -103,25 +103,33 @@ def chunk_scores(
 
     keys [H_kv, T + N, D] are the context's then the reconstruction's. The softmax runs over the sinks before
     `start`, the chunk and the reconstruction keys (causal among those), as kvpress. KVzip+: `row_norms` [N],
-    `value_norms` [H_kv, group, end - start].
+    `value_norms` [H_kv, group, end - start]. Rows are independent, so queries go in blocks of at most
+    BLOCK_ELEMENTS probabilities (a 2048-token chunk of a 32-head model would otherwise hold ~1 GiB per layer).
     """
     n_q_heads, n_new, head_dim = queries.shape
     n_kv_heads = keys.shape[0]
     group = n_q_heads // n_kv_heads
     sink = min(n_sink, start)
     k = mx.concatenate([keys[:, :sink], keys[:, start:end], keys[:, -n_new:]], axis=1).astype(mx.float32)
+    k_t = k.transpose(0, 2, 1)[:, None]  # [H_kv, 1, D, sink + chunk + N]
     q = queries.astype(mx.float32).reshape(n_kv_heads, group, n_new, head_dim)
-    logits = (q @ k.transpose(0, 2, 1)[:, None]) * scale  # [H_kv, group, N, sink + chunk + N]
     n_ctx = sink + end - start
-    visible = mx.concatenate(
-        [mx.ones((n_new, n_ctx), mx.bool_), mx.arange(n_new)[None, :] <= mx.arange(n_new)[:, None]], axis=1
-    )
-    probs = mx.softmax(mx.where(visible, logits, -mx.inf), axis=-1, precise=True)[..., sink:n_ctx]
-    if row_norms is not None:
-        probs = probs / row_norms[:, None]
-    if value_norms is not None:
-        probs = probs * value_norms[:, :, None, :]
-    return probs.max(axis=(1, 2))
+    block = max(1, BLOCK_ELEMENTS // (n_q_heads * (n_ctx + n_new)))
+    best = None
+    for a in range(0, n_new, block):
+        b = min(a + block, n_new)
+        logits = (q[:, :, a:b] @ k_t) * scale  # [H_kv, group, b - a, sink + chunk + N]
+        causal = mx.arange(n_new)[None, :] <= mx.arange(a, b)[:, None]
+        visible = mx.concatenate([mx.ones((b - a, n_ctx), mx.bool_), causal], axis=1)
+        probs = mx.softmax(mx.where(visible, logits, -mx.inf), axis=-1, precise=True)[..., sink:n_ctx]
+        if row_norms is not None:
+            probs = probs / row_norms[a:b, None]
+        if value_norms is not None:
+            probs = probs * value_norms[:, :, None, :]
+        found = probs.max(axis=(1, 2))
+        best = found if best is None else mx.maximum(best, found)
+        mx.async_eval(best)
+    return best
 
 
 @dataclass(frozen=True)

@@ -184,3 +184,13 @@ def test_kvzip_under_a_chat_template_skips_its_opening_as_kvpress(model_dirs, tm
     assert suffix == list(s.tokenizer.encode("<|endoftext|>\n<|assistant|>\n", add_special_tokens=False))
     scores = s.ranking(CompressionConfig("kvzip", 0.5)).layers[0].scores
     assert (scores[:, :prefix] == 0).all() and (scores[:, prefix:] > 0).all()
+
+
+def test_kvzip_scores_the_same_in_blocks_of_queries(monkeypatch):
+    rng = np.random.default_rng(0)
+    q = mx.array(rng.standard_normal((4, 9, 8)).astype(np.float32))
+    k = mx.array(rng.standard_normal((2, 30 + 9, 8)).astype(np.float32))
+    whole = kvzip_module.chunk_scores(q, k, 10, 30, 4, 0.3, mx.ones(9) * 2, mx.ones((2, 2, 20)) * 3)
+    monkeypatch.setattr(kvzip_module, "BLOCK_ELEMENTS", 4 * 33 * 2)  # two queries a block
+    blocked = kvzip_module.chunk_scores(q, k, 10, 30, 4, 0.3, mx.ones(9) * 2, mx.ones((2, 2, 20)) * 3)
+    np.testing.assert_allclose(np.array(blocked), np.array(whole), rtol=1e-6)
