@@ -28,6 +28,19 @@ from benchmarks.common import ROOT
 from kvcore.atomic import write_text
 
 PROMPTS = ("dict_lookup", "needle_in_code", "long_identifier")
+#: Parameters KV Lens runs a method with, the same values kvpress_reference.py gives its press.
+PARAMS: dict[str, dict[str, Any]] = {
+    "chunk-keydiff": {"chunk_length": 256},
+    "simlayerkv": {"lazy_threshold": 0.6, "n_recent": 256},
+    "dms": {"threshold": 0.001},
+}
+
+
+def _params(method: str, ratio: float, n_layers: int) -> dict[str, Any]:
+    """PARAMS, and per_layer_compression's ratios as kvpress_reference.layer_ratios sets them (mean r)."""
+    if method.startswith("per_layer_compression"):
+        return {"layer_ratios": tuple(ratio * (0.5 + layer / (n_layers - 1)) for layer in range(n_layers))}
+    return PARAMS.get(method, {})
 
 
 def write_ids(path: Path) -> None:
@@ -63,12 +76,16 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
         by_prompt.setdefault(name, []).append((method, schedule, float(ratio), kept))
     for name, entries in by_prompt.items():
         session.prefill(prompts[name]["ids"]["paper"], 1, chat_template=False)
+        # h2o's sums free the prompt queries that non_causal_attention and compactor read: h2o's methods last.
+        entries.sort(key=lambda entry: "h2o" in entry[0])
         for method, schedule, ratio, theirs in entries:
-            method_name, _, query = method.partition(
-                "?"
-            )  # NAME?PARAM=VALUE&...: the method with these parameters
+            method_name, _, query = method.partition("?")  # NAME?PARAM=VALUE&...: with these parameters
             params = {
-                k: float(v) if "." in v else int(v) for k, v in (p.split("=") for p in query.split("&") if p)
+                **_params(method_name, ratio, len(theirs)),
+                **{
+                    k: float(v) if "." in v else int(v)
+                    for k, v in (p.split("=") for p in query.split("&") if p)
+                },
             }
             state = session.compress(CompressionConfig(method_name, ratio, schedule=schedule, params=params))
             scores = session.ranking(state.config).layers
@@ -145,7 +162,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-ids", type=Path, help="write the prompts' token ids for kvpress_reference.py")
     p.add_argument("--compare", type=Path, help="kvpress_reference.py's output")
     p.add_argument("--ids", type=Path, default=Path("ids.json"), help="the ids file the reference ran on")
+    p.add_argument(
+        "--decoding",
+        default="",
+        help="decoding-time parity (benchmarks.kvpress_decoding): comma-separated policies, or 'all'",
+    )
     args = p.parse_args(argv)
+    if args.decoding:
+        from benchmarks import kvpress_decoding
+
+        names = list(kvpress_decoding.POLICIES) if args.decoding == "all" else args.decoding.split(",")
+        if args.write_ids:
+            kvpress_decoding.write_ids(args.write_ids, names)
+        elif args.compare:
+            kvpress_decoding.print_rows(kvpress_decoding.compare(args.compare, args.ids))
+        else:
+            p.error("give --write-ids FILE or --compare FILE")
+        return 0
     if args.write_ids:
         write_ids(args.write_ids)
         return 0

@@ -34,6 +34,19 @@ def _stub_missing(*names: str) -> None:
             sys.modules[name] = module
 
 
+def _snapkv(kvpress):
+    return kvpress.SnapKVPress(window_size=64, kernel_size=5)
+
+
+FINCH_WINDOW = 64  # KV Lens's finch window (its default, kvcore.defaults.DEFAULT_WINDOW)
+
+
+def layer_ratios(ratio: float, n_layers: int) -> list[float]:
+    """per_layer_compression's parity setting: from r/2 in the first layer to 3r/2 in the last (mean r); the same
+    rule is in kvpress_parity.py (this script imports nothing of KV Lens)."""
+    return [ratio * (0.5 + layer / (n_layers - 1)) for layer in range(n_layers)]
+
+
 def _presses(kvpress):
     """KV Lens method name (`NAME?PARAM=VALUE&...` sets its parameters) -> (kvpress press factory, attention
     implementation it needs)."""
@@ -49,6 +62,24 @@ def _presses(kvpress):
         "adakv-expected_attention": (lambda: kvpress.AdaKVPress(kvpress.ExpectedAttentionPress()), "sdpa"),
         "keydiff": (kvpress.KeyDiffPress, "sdpa"),
         "lagkv": (lambda: kvpress.LagKVPress(n_sink=4, lag_size=128), "sdpa"),
+        "leverage": (kvpress.LeverageScorePress, "sdpa"),
+        "cur": (kvpress.CURPress, "sdpa"),
+        "non_causal_attention": (kvpress.NonCausalAttnPress, "sdpa"),
+        "compactor": (kvpress.CompactorPress, "sdpa"),
+        "cap": (kvpress.CapPress, "sdpa"),
+        # wrappers (KV Lens names WRAPPER-INNER; bare = the default inner); parameters as kvpress_parity.PARAMS
+        "chunkkv": (lambda: kvpress.ChunkKVPress(_snapkv(kvpress), chunk_length=20), "sdpa"),
+        "criticalkv": (lambda: kvpress.CriticalKVPress(_snapkv(kvpress)), "sdpa"),
+        "critical_adakv": (lambda: kvpress.CriticalAdaKVPress(_snapkv(kvpress)), "sdpa"),
+        "chunk-keydiff": (lambda: kvpress.ChunkPress(kvpress.KeyDiffPress(), chunk_length=256), "sdpa"),
+        "block": (lambda: kvpress.BlockPress(kvpress.KeyDiffPress(), block_size=128), "sdpa"),
+        "per_layer_compression": (lambda: kvpress.PerLayerCompressionPress(_snapkv(kvpress), [0.0]), "sdpa"),
+        "snapkv+knorm": (lambda: kvpress.ComposedPress([_snapkv(kvpress), kvpress.KnormPress()]), "sdpa"),
+        "key_rerotation": (lambda: kvpress.KeyRerotationPress(_snapkv(kvpress)), "sdpa"),
+        "simlayerkv": (lambda: kvpress.SimLayerKVPress(lazy_threshold=0.6, n_recent=256), "sdpa"),
+        "dms": (lambda: kvpress.DMSPress(_snapkv(kvpress), threshold=0.001), "sdpa"),
+        # finch reads its window from a delimiter token, added to a model of its own (FINCH_WINDOW before the end)
+        "finch": (kvpress.FinchPress, "sdpa+delimiter"),
         "kvzip": (kvpress.KVzipPress, "sdpa"),
         "kvzip?layerwise=1": (lambda: kvpress.KVzipPress(layerwise=True), "sdpa"),
         "kvzip?kvzip_plus_normalization=1": (
@@ -69,23 +100,76 @@ def _presses(kvpress):
     }
 
 
+class _SketchTorch(types.ModuleType):
+    """Stands for `torch` inside kvpress's leverage_press: every name is torch's but `randn`, which returns KV Lens's
+    sketch of the layer being scored (kvcore.methods.leverage.sketch: NumPy's generator seeded by (seed, layer)),
+    so the leverage of both sides is computed from the same matrix."""
+
+    def __init__(self, torch, seed: int) -> None:
+        super().__init__("torch")
+        self._torch, self._seed, self.layer = torch, seed, 0
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+    def randn(self, *shape, device=None, dtype=None):
+        import numpy as np
+
+        *_, n_heads, head_dim, width = shape
+        rng = np.random.default_rng([self._seed, self.layer])
+        phi = rng.standard_normal((n_heads, head_dim, width)).astype(
+            np.float32
+        )  # kvpress scales it by 1/√width
+        return self._torch.tensor(phi, device=device).to(dtype).expand(*shape)
+
+
+def _use_numpy_sketch(kvpress, torch, seed: int) -> None:
+    """Make LeverageScorePress (and CompactorPress through it) draw KV Lens's sketch instead of torch's."""
+    module = sys.modules[kvpress.LeverageScorePress.__module__]
+    stand_in = _SketchTorch(torch, seed)
+    module.torch = stand_in
+    score = kvpress.LeverageScorePress.score
+
+    def score_with_layer(self, module, *args, **kwargs):
+        stand_in.layer = module.layer_idx
+        return score(self, module, *args, **kwargs)
+
+    kvpress.LeverageScorePress.score = score_with_layer
+
+
 def _layer_keys(cache, layer: int):
     return cache.layers[layer].keys if hasattr(cache, "layers") else cache.key_cache[layer]
+
+
+def _record_rerotated(kvpress) -> None:
+    """Re-rotated keys no longer match their dense rows (and in layer 0 a repeated token's copies are identical
+    up to RoPE), so the positions kvpress re-rotates are read where it passes them: `rerotate_keys`'s indices,
+    kept on the attention module (key_rerotation, finch)."""
+    original = kvpress.KeyRerotationPress.rerotate_keys
+
+    def recording(module, indices, keys):
+        module.kvlens_rerotated = indices[0].tolist()
+        return original(module, indices, keys)
+
+    kvpress.KeyRerotationPress.rerotate_keys = staticmethod(recording)
 
 
 def _layer_values(cache, layer: int):
     return cache.layers[layer].values if hasattr(cache, "layers") else cache.value_cache[layer]
 
 
-def _kept(model, press, ids, torch, cache_cls, channels=None, value_sums=None) -> list[list[list[int]]]:
-    """[layer][kv-head] sorted kept positions of one pressed prefill; `channels` (a list) gets [layer][kv-head]
-    the key channels not zeroed (ThinK), `value_sums` [layer][kv-head] the sum of the kept values (merging)."""
+def _kept(
+    model, press, ids, torch, cache_cls, pressed_ids=None, channels=None, value_sums=None
+) -> list[list[list[int]]]:
+    """[layer][kv-head] sorted kept positions of one pressed prefill (pressed_ids: the pressed run's input,
+    finch's with its delimiter); `channels` (a list) gets [layer][kv-head] the key channels not zeroed (ThinK),
+    `value_sums` [layer][kv-head] the sum of the kept values (merging)."""
     with torch.no_grad():
         dense = cache_cls()
         model.model(input_ids=ids, past_key_values=dense)
         pressed = cache_cls()
         with press(model):
-            model.model(input_ids=ids, past_key_values=pressed)
+            model.model(input_ids=ids if pressed_ids is None else pressed_ids, past_key_values=pressed)
     out = []
     for i, layer in enumerate(model.model.layers):
         ref = _layer_keys(dense, i)[0].float()  # [H, T, D]
@@ -96,6 +180,11 @@ def _kept(model, press, ids, torch, cache_cls, channels=None, value_sums=None) -
             keep[masked[1], masked[2]] = False
             out.append([torch.nonzero(keep[h]).flatten().tolist() for h in range(n_heads)])
             layer.self_attn.masked_key_indices = None
+            continue
+        rerotated = getattr(layer.self_attn, "kvlens_rerotated", None)
+        if rerotated is not None:
+            out.append([sorted(h) for h in rerotated])
+            layer.self_attn.kvlens_rerotated = None
             continue
         kept = _layer_keys(pressed, i)[0].float()  # [H, n, D]
         if channels is not None:  # ThinK zeroed whole key channels: match rows on the others only
@@ -120,6 +209,17 @@ def main(argv: list[str] | None = None) -> int:
         "--ratios", default="0.25,0.5", help="retention ratios r (kvpress compression_ratio = 1 - r)"
     )
     p.add_argument("--methods", default="", help="comma-separated subset of the methods (default: all)")
+    p.add_argument(
+        "--sketch",
+        choices=("numpy", "torch"),
+        default="numpy",
+        help="leverage's Gaussian sketch: KV Lens's (seed 0) or torch's own random draw",
+    )
+    p.add_argument(
+        "--decoding",
+        action="store_true",
+        help="--ids is `kvpress_parity --decoding --write-ids` output: run DecodingPress on its generated ids",
+    )
     args = p.parse_args(argv)
     _stub_missing("datasets", "fire", "cachetools")
     import kvpress
@@ -128,9 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, DynamicCache
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.sketch == "numpy":
+        _use_numpy_sketch(kvpress, torch, seed=0)
     prompts = json.loads(args.ids.read_text())
     ratios = [float(r) for r in args.ratios.split(",")]
     presses = _presses(kvpress)
+    _record_rerotated(kvpress)
     chosen = [m for m in (args.methods.split(",") if args.methods else presses) if m]
     models = {}
     result = {
@@ -138,39 +241,80 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "sketch": args.sketch,
         "kept": {},
     }
     start = time.perf_counter()
+    if args.decoding:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import kvpress_decoding_reference
+
+        model = AutoModelForCausalLM.from_pretrained(
+            args.model, torch_dtype=torch.float32, attn_implementation="sdpa"
+        ).to(device)
+        entries = [e for e in prompts if not args.methods or e["name"] in args.methods.split(",")]
+        for entry in entries:  # written after each policy: a long CPU run keeps what it finished
+            result["kept"].update(
+                kvpress_decoding_reference.run(model, [entry], kvpress, torch, DynamicCache)
+            )
+            _write(args.out, result)
+        return 0
     for method in chosen:
         factory, attention = presses[method]
         if attention not in models:
             models[attention] = AutoModelForCausalLM.from_pretrained(
-                args.model, torch_dtype=torch.float32, attn_implementation=attention
+                args.model, torch_dtype=torch.float32, attn_implementation=attention.split("+")[0]
             ).to(device)
+            if attention.endswith("+delimiter"):  # one new token id, dropped from the input by finch's hook
+                models[attention].resize_token_embeddings(models[attention].config.vocab_size + 1)
         model = models[attention]
         for prompt in prompts:
             for schedule, id_list in prompt["ids"].items():
                 ids = torch.tensor([id_list], device=device)
                 for ratio in ratios:
                     press = factory()
-                    press.compression_ratio = 1.0 - ratio
-                    if hasattr(press, "presses"):  # composed: the ratio is its position press's
+                    if isinstance(press, kvpress.PerLayerCompressionPress):
+                        n_layers = model.config.num_hidden_layers
+                        press.compression_ratios = [1.0 - r for r in layer_ratios(ratio, n_layers)]
+                    elif isinstance(press, kvpress.ComposedPress) and isinstance(
+                        press.presses[-1], kvpress.ThinKPress
+                    ):  # think: positions from the first press alone, ThinK's ratio is its channels'
                         press.presses[0].compression_ratio = 1.0 - ratio
+                    elif isinstance(
+                        press, kvpress.ComposedPress
+                    ):  # each stage keeps r^(1/k), as KV Lens's chain
+                        for stage in press.presses:
+                            stage.compression_ratio = 1.0 - ratio ** (1 / len(press.presses))
+                    elif not isinstance(
+                        press, (kvpress.SimLayerKVPress, kvpress.DMSPress)
+                    ):  # they set their own
+                        press.compression_ratio = 1.0 - ratio
                     key = f"{method}|{prompt['name']}|{schedule}|{ratio}"
+                    pressed_ids = None
+                    if isinstance(press, kvpress.FinchPress):
+                        press.delimiter_token_id = model.config.vocab_size - 1
+                        cut = len(id_list) - FINCH_WINDOW
+                        pressed_ids = torch.tensor(
+                            [[*id_list[:cut], press.delimiter_token_id, *id_list[cut:]]]
+                        )
                     channels = [] if method.startswith("think") else None
                     sums = [] if method.startswith("merging") else None
-                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache, channels, sums)
+                    result["kept"][key] = _kept(
+                        model, press, ids, torch, DynamicCache, pressed_ids, channels, sums
+                    )
                     if sums is not None:
                         result.setdefault("value_sums", {})[key] = sums
                     if channels is not None:
                         result.setdefault("channels", {})[key] = channels
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)
-    partial = args.out.with_name(
-        f".{args.out.name}.partial"
-    )  # torch's venv has no kvcore: temp file + rename
-    partial.write_text(json.dumps(result))
-    os.replace(partial, args.out)
+    _write(args.out, result)
     return 0
+
+
+def _write(out: Path, result: dict) -> None:
+    partial = out.with_name(f".{out.name}.partial")  # torch's venv has no kvcore: temp file + rename
+    partial.write_text(json.dumps(result))
+    os.replace(partial, out)
 
 
 if __name__ == "__main__":

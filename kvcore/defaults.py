@@ -50,6 +50,15 @@ DEFAULT_QUANT = "affine"
 #: Full-precision residual (KIVI-style): the kept sinks and the last R prompt positions stay float beside the
 #: packed rest, and decoded tokens too; 0 packs everything kept.
 DEFAULT_FP_RECENT = 0
+#: Layer-adaptive widths (kvcore.engine.session.CompressionConfig): a width per layer (none: every layer at the
+#: configuration's widths), or the first and last EDGE_LAYERS layers at EDGE_BITS (turboquant-mlx's default idea:
+#: the layers nearest the embeddings and the logits are the most sensitive).
+DEFAULT_LAYER_BITS: tuple[int, ...] = ()
+DEFAULT_EDGE_LAYERS = 0
+DEFAULT_EDGE_BITS = 8
+#: KIVI's defaults (Liu et al. 2024): keys quantized per channel in groups of 32 tokens, the last 128 tokens float.
+KIVI_GROUP_SIZE = 32
+KIVI_RESIDUAL = 128
 DEFAULT_PER_HEAD = True
 #: Observation window: the last prompt queries that vote (SnapKV's 64 here); also the window whose attention the
 #: statistics' "attention mass kept" is measured over.
@@ -134,3 +143,20 @@ FUSED_KERNELS_ENV = "KVLENS_FUSED_KERNELS"
 DEFAULT_ANSWER_TOKENS = 8
 #: Positions marked per (layer, kv-head) row when the heatmap shows where a question attends over the context.
 QUESTION_ATTENTION_TOP = 8
+
+# -- kvlens ruler (kvcore.probes.ruler) ----------------------------------------------------------------------------
+#: kvpress's RULER leaderboard: 4k tokens, compression ratios (1 − retention) 0.25 … 0.875.
+DEFAULT_RULER_LENGTH = 4096
+DEFAULT_RULER_RATIOS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.875)
+DEFAULT_RULER_METHODS: tuple[str, ...] = ("dense", "snapkv", "streaming_llm", "knorm")
+DEFAULT_RULER_SAMPLES = 20
+DEFAULT_RULER_HAYSTACK = "code"
+
+#: h2o_online (Zhang et al. 2023): the share of a decoding budget kept as the recent window; the rest are heavy
+#: hitters (the paper splits its cache evenly between the two).
+H2O_RECENT_SHARE = 0.5
+
+#: A layer's prompt queries (kept by a lazy-h2o capture) stay after h2o's sums are computed when they take at most
+#: this many bytes, so non_causal_attention and compactor still run after h2o; larger ones are freed (8B at 32k
+#: tokens: 268 MB a layer).
+KEEP_PROMPT_QUERIES_BYTES = 64 * 2**20

@@ -6,7 +6,8 @@ Sweep dock and writes docs/sweep.png (the window with the Sweep dock raised) and
 plot's own export, 1600 px wide), then a needle grid from its dock: docs/needle_grid.png (the window with the grid
 raised). With `--questions` it opens the Questions dock on the showcase context (the prompt less its last line) with
 three questions about it, answers them, rings the first one's attention in the heatmap and writes
-docs/questions.png. Without a display it re-runs itself under `xvfb-run` (Qt's xcb plugin needs libxcb-cursor0, libxcb-icccm4
+docs/questions.png. With `--timeline` it writes docs/timeline.png instead: a 1,024-token generation under a decoding
+policy (TIMELINE) from the Timeline dock, scrubbed half way so the heatmap shows the cache at that step. Without a display it re-runs itself under `xvfb-run` (Qt's xcb plugin needs libxcb-cursor0, libxcb-icccm4
 and libxcb-keysyms1 on Debian); settings go to a temporary file, so the user's own settings are never read or written.
 """
 
@@ -131,7 +132,7 @@ def _wait(app, condition, timeout: float) -> bool:
     return condition()
 
 
-def main(out: Path, sweep: bool = False, questions: bool = False) -> int:
+def main(out: Path, sweep: bool = False, questions: bool = False, timeline: bool = False) -> int:
     sys.path.insert(0, str(ROOT))
     from PySide6.QtWidgets import QApplication
 
@@ -151,6 +152,10 @@ def main(out: Path, sweep: bool = False, questions: bool = False) -> int:
             print(f"Loading failed: {window.last_error}", file=sys.stderr)
             return 1
         window.controls.set_config(CONFIG)
+        if timeline:
+            ok = _timeline_shot(app, window, ROOT / "docs" / "timeline.png")
+            window.close()
+            return 0 if ok else 1
         _choose_prompt(window)
         window.prefill()
         done = _wait(app, lambda: window.displayed_ids and window.status.busyLabel.text() == "", 600)
@@ -272,12 +277,59 @@ def _questions_shot(app, window, out: Path) -> bool:  # noqa: ANN001
     return _window_shot(app, window, window.questionsDock, out)
 
 
+#: The Timeline shot: a 1,024-token generation under knorm from the full prefill cache of a 611-token sample
+#: (prompt and generation fit the demo model's 2,048-token context), one layer × kv-head drawn.
+TIMELINE = {"method": "knorm", "budget": 256, "interval": 16, "tokens": 1024}
+TIMELINE_PROMPT = "long_identifier"
+TIMELINE_HEAD = (4, 1)
+
+
+def _timeline_shot(app, window, out: Path) -> bool:  # noqa: ANN001
+    """Prefill TIMELINE_PROMPT, decode TIMELINE from the Timeline dock, scrub half way, hover a held cell, and save
+    the window with the dock raised."""
+    from PySide6.QtCore import QPointF
+
+    from kvcore.resources import prompts_dir
+
+    window.sessionPanel.promptEdit.setPlainText((prompts_dir() / f"{TIMELINE_PROMPT}.txt").read_text())
+    window.prefill()
+    if not _wait(app, lambda: window.displayed_ids and window.status.busyLabel.text() == "", 600):
+        print(f"Prefill or compression did not finish: {window.last_error}", file=sys.stderr)
+        return False
+    panel = window.timelinePanel
+    panel.set_policy(TIMELINE["method"], TIMELINE["budget"], TIMELINE["interval"], TIMELINE["tokens"])
+    panel.prefillCheck.setChecked(False)
+    started = time.monotonic()
+    window.timeline.run()
+    if not _wait(app, lambda: not window.timeline.running, 1800) or panel.view() is None:
+        print(f"The decode did not finish: {window.last_error}", file=sys.stderr)
+        return False
+    print(f"Decoded {TIMELINE['tokens']} tokens in {time.monotonic() - started:.0f} s")
+    view = panel.view()
+    panel.set_head(*TIMELINE_HEAD)
+    step = view.timeline.n_steps // 2
+    panel.set_step(step)
+    panel.stepSlider.setFocus()
+    ok = _window_shot(app, window, window.timelineDock, out)
+    panel._on_mouse_moved(panel.plot.vb.mapViewToScene(QPointF(view.n_prompt // 3 + 0.5, step + 0.5)))
+    _wait(app, lambda: False, 0.3)
+    ok = ok and window.grab().save(str(out))
+    panel.export_image(out.with_name("timeline_plot.png"), FRONTIER_WIDTH)
+    print(f"Wrote {out} and {out.with_name('timeline_plot.png')}")
+    return ok
+
+
 if __name__ == "__main__":
-    flags = ("--sweep", "--questions")
+    flags = ("--sweep", "--questions", "--timeline")
     args = [a for a in sys.argv[1:] if a not in flags and not a.startswith("--size=")]
     target = Path(args[0]) if args else DEFAULT_OUT
     sys.exit(
         _rerun_under_xvfb()
         if _needs_display()
-        else main(target, sweep="--sweep" in sys.argv, questions="--questions" in sys.argv)
+        else main(
+            target,
+            sweep="--sweep" in sys.argv,
+            questions="--questions" in sys.argv,
+            timeline="--timeline" in sys.argv,
+        )
     )

@@ -12,7 +12,8 @@ from kvcore.defaults import ALLOWED_BITS, DEFAULT_QUANT, UNQUANTIZED_BITS
 
 
 def config_label(config: dict[str, Any], baseline: str | None = None) -> str:
-    """A configuration in a few words, e.g. 'snapkv 25 % · 4-bit g64' (affine) or 'snapkv 25 % · 4-bit mxfp4 g32'.
+    """A configuration in a few words, e.g. 'snapkv 25 % · 4-bit g64' (affine) or 'snapkv 25 % · 4-bit mxfp4 g32',
+    'snapkv 25 % · 4-bit g64 edges 2@8' (the first and last 2 layers at 8 bits).
 
     `baseline` is the dense cache's element type (ModelInfo.cache_dtype): given, an unquantized side is named by
     it ('snapkv 25 % · float32', 'K8/V float32 g64'), since "16-bit" would hide a float32 cache on MLX's CPU.
@@ -34,6 +35,10 @@ def config_label(config: dict[str, Any], baseline: str | None = None) -> str:
         quant = f"K{bits}/V{value_bits}-bit{named}{group}"
     if config.get("fp_recent"):
         quant += f" fp{config['fp_recent']}"
+    if config.get("layer_bits"):
+        quant += f" layers {','.join(map(str, config['layer_bits']))}"
+    elif config.get("edge_layers"):
+        quant += f" edges {config['edge_layers']}@{config.get('edge_bits')}"
     shared = "" if config.get("per_head", True) else " · shared"
     return f"{config['method']} {100 * config['ratio']:.0f} % · {quant}{shared}"
 

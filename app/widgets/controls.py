@@ -26,6 +26,7 @@ from kvcore.defaults import (
     ALLOWED_BITS,
     ALLOWED_GROUP_SIZES,
     DEFAULT_CONFIG,
+    DEFAULT_EDGE_BITS,
     DEFAULT_SPLIT_VALUE_BITS,
     SCHEDULE_HELP,
     SCHEDULES,
@@ -34,7 +35,7 @@ from kvcore.defaults import (
 )
 from kvcore.methods import Method, available, describe
 from kvcore.methods import get as get_method
-from kvcore.quant import QuantScheme
+from kvcore.quant import QuantScheme, parse_spec
 from kvcore.quant import available as available_schemes
 from kvcore.quant import get as get_scheme
 
@@ -85,8 +86,33 @@ class CompressionControls(QWidget):
         self.quantCombo = QComboBox(objectName="quantCombo")
         for i, name in enumerate(available_schemes()):
             self.quantCombo.addItem(name, name)
-            self.quantCombo.setItemData(i, get_scheme(name).description, Qt.ItemDataRole.ToolTipRole)
+            self.quantCombo.setItemData(i, _scheme_tip(get_scheme(name)), Qt.ItemDataRole.ToolTipRole)
         self.quantCombo.setToolTip("The quantization scheme that packs K and V (kvcore.quant)")
+        self.quantParameters = MethodParameters(prefix="quant")
+        self.quantParameters.setToolTip("The scheme's own parameters, from its declaration (kvcore.quant)")
+        self.edgeLayersSpin = self._spin(
+            "edgeLayersSpin",
+            0,
+            1 << 10,
+            "Layer-adaptive widths: the first and last K layers packed at the edge width (the layers nearest the "
+            "embeddings and the logits are the most sensitive). off: every layer at the Bits width",
+        )
+        self.edgeLayersSpin.setSpecialValueText("off")
+        self.edgeBitsSpin = self._spin(
+            "edgeBitsSpin", min(ALLOWED_BITS), max(ALLOWED_BITS), "Width of the edge layers"
+        )
+        self.edgeBitsSpin.setValue(DEFAULT_EDGE_BITS)
+        self.edgeBitsSpin.setSuffix("-bit")
+        self._edge_bits = DEFAULT_EDGE_BITS  # where the edge spin was: a width the scheme lacks is skipped
+        self._layer_bits: tuple[
+            int, ...
+        ] = ()  # a width per layer from a file or a sweep: carried, not edited
+        self.edgeRow = QWidget(objectName="edgeRow")
+        edge = QHBoxLayout(self.edgeRow)
+        edge.setContentsMargins(0, 0, 0, 0)
+        edge.addWidget(self.edgeLayersSpin, 1)
+        edge.addWidget(QLabel("at"))
+        edge.addWidget(self.edgeBitsSpin, 1)
         self.bitsLabel = QLabel(objectName="bitsLabel")
         self.bitsLabel.setMinimumWidth(40)
         self.splitBitsCheck = QCheckBox("Separate K/V", objectName="splitBitsCheck")
@@ -143,7 +169,9 @@ class CompressionControls(QWidget):
         form.addRow("Method", self.methodCombo)
         form.addRow("Retention", self._with_label(self.retentionSlider, self.retentionLabel))
         form.addRow("Quantization", self.quantCombo)
+        form.addRow("", self.quantParameters)
         form.addRow("Bits", self._with_label(self.bitsSlider, self.bitsLabel))
+        form.addRow("Edge layers", self.edgeRow)
         form.addRow("", self.splitBitsCheck)
         form.addRow("Value bits", self.valueBitsRow)
         form.addRow("FP recent", self.fpRecentSpin)
@@ -157,7 +185,10 @@ class CompressionControls(QWidget):
 
         self.methodCombo.currentIndexChanged.connect(self._method_changed)
         self.retentionSlider.valueChanged.connect(self._changed)
-        self.quantCombo.currentIndexChanged.connect(self._changed)
+        self.quantCombo.currentIndexChanged.connect(self._scheme_changed)
+        self.quantParameters.changed.connect(self._changed)
+        self.edgeLayersSpin.valueChanged.connect(self._edge_layers_changed)
+        self.edgeBitsSpin.valueChanged.connect(self._changed)
         self.bitsSlider.valueChanged.connect(self._changed)
         self.splitBitsCheck.toggled.connect(self._changed)
         self.valueBitsSlider.valueChanged.connect(self._changed)
@@ -167,6 +198,7 @@ class CompressionControls(QWidget):
         self.fpRecentSpin.valueChanged.connect(self._changed)
         self.methodParameters.changed.connect(self._changed)
         self._show_method_parameters()
+        self._show_scheme_parameters()
 
     @staticmethod
     def _spin(name: str, lo: int, hi: int, tip: str) -> QSpinBox:
@@ -190,7 +222,8 @@ class CompressionControls(QWidget):
         """{method, ratio (0.01-1.0), bits (int, None = unquantized keys), value_bits (None = the keys' width,
         16 = unquantized values), fp_recent (0 when nothing is packed),
         group_size (the scheme's own where it fixes one), per_head, window, n_sink, kernel, schedule, params (the
-        method's other parameters), quant (the scheme)}."""
+        method's other parameters), quant (the scheme's spec, its parameters in it: "rotated:packing=mxfp4"),
+        edge_layers and edge_bits only while edge layers are on (as `CompressionConfig.to_dict`)}."""
         bits = BITS_STEPS[self.bitsSlider.value()]
         values = self.methodParameters.values()
         groups = self.scheme().allowed_group_sizes
@@ -200,7 +233,7 @@ class CompressionControls(QWidget):
             "ratio": self.retentionSlider.value() / 100.0,
             "bits": bits_or_none(bits),
             "value_bits": self._value_bits(bits),
-            "fp_recent": self.fpRecentSpin.value() if self.quantized() else 0,
+            "fp_recent": self.fpRecentSpin.value() if self._fp_recent_applies() else 0,
             "group_size": groups[0] if len(groups) == 1 else int(self.groupSizeCombo.currentData()),
             "per_head": self.perHeadCheck.isChecked(),
             "window": values["window"],
@@ -208,7 +241,8 @@ class CompressionControls(QWidget):
             "kernel": values["kernel"],
             "schedule": self.scheduleCombo.currentData(),
             "params": {name: values[name] for name in declared if name not in _TOP_LEVEL},
-            "quant": self.quantCombo.currentData(),
+            "quant": self.scheme_spec(),
+            **self._edges(),
         }
 
     def set_config(self, config: dict[str, Any]) -> None:
@@ -224,6 +258,8 @@ class CompressionControls(QWidget):
             self.perHeadCheck,
             self.fpRecentSpin,
             self.scheduleCombo,
+            self.edgeLayersSpin,
+            self.edgeBitsSpin,
         )
         for w in widgets:
             w.blockSignals(True)
@@ -232,12 +268,20 @@ class CompressionControls(QWidget):
                 self.methodCombo.setCurrentIndex(self.methodCombo.findText(config["method"]))
                 self._show_method_parameters()
             if "quant" in config:
-                index = self.quantCombo.findData(config["quant"])
-                if index < 0:
-                    raise ValueError(
-                        f"quant must be one of {', '.join(available_schemes())}, got {config['quant']!r}"
-                    )
-                self.quantCombo.setCurrentIndex(index)
+                name, scheme_values = parse_spec(config["quant"])  # one line naming the schemes or parameters
+                self.quantCombo.setCurrentIndex(self.quantCombo.findData(name))
+                self._show_scheme_parameters()
+                defaults = {p.name: p.default for p in self.scheme().parameters() if p.name != "group_size"}
+                self.quantParameters.set_values({**defaults, **scheme_values})
+                # the layer widths belong to the quantization: a dict naming the scheme without them has none
+                self.edgeLayersSpin.setValue(int(config.get("edge_layers", 0)))
+                self._layer_bits = tuple(int(b) for b in config.get("layer_bits") or ())
+            elif "edge_layers" in config or "layer_bits" in config:
+                self.edgeLayersSpin.setValue(int(config.get("edge_layers", 0)))
+                self._layer_bits = tuple(int(b) for b in config.get("layer_bits") or ())
+            if "edge_bits" in config:
+                self.edgeBitsSpin.setValue(int(config["edge_bits"]))
+                self._edge_bits = self.edgeBitsSpin.value()
             if "ratio" in config:
                 self.retentionSlider.setValue(round(float(config["ratio"]) * 100))
             if "bits" in config:
@@ -283,8 +327,19 @@ class CompressionControls(QWidget):
         return get_method(self.methodCombo.currentText())
 
     def scheme(self) -> QuantScheme:
-        """The selected quantization scheme, as declared (its parameters at their defaults)."""
-        return get_scheme(self.quantCombo.currentData())
+        """The selected quantization scheme with its shown parameters (rotated's packing sets the widths)."""
+        return get_scheme(self.scheme_spec())
+
+    def scheme_spec(self) -> str:
+        """The selected scheme with its shown parameters, as `kvcore.quant.get` takes it ("rotated:packing=mxfp4")."""
+        name = self.quantCombo.currentData()
+        values = self.quantParameters.values()
+        own = {
+            p.name: values[p.name]
+            for p in get_scheme(name).parameters()
+            if p.name in values and p.name != "group_size"  # the caches carry the group on their own
+        }
+        return get_scheme(name, **own).spec
 
     def quantized(self) -> bool:
         """Whether the current choice packs keys or values (or both)."""
@@ -320,6 +375,33 @@ class CompressionControls(QWidget):
 
     def _show_method_parameters(self) -> None:
         self.methodParameters.show_parameters(self.method().parameters())
+
+    def _scheme_changed(self) -> None:
+        self._show_scheme_parameters()
+        self._changed()
+
+    def _show_scheme_parameters(self) -> None:
+        """The scheme's parameters but its group size (which has its own row); the row hidden when none."""
+        shown = tuple(p for p in self.scheme().parameters() if p.name != "group_size")
+        self.quantParameters.show_parameters(shown)
+        self._form.setRowVisible(self.quantParameters, bool(shown))
+
+    def _fp_recent_applies(self) -> bool:
+        """A float residual beside packed rows; a scheme keeping its own (kivi's `residual`) takes none."""
+        return self.quantized() and not self.scheme().per_channel_keys
+
+    def _edges(self) -> dict[str, Any]:
+        """edge_layers and edge_bits while edge layers are on and something is packed, or the carried width per
+        layer; {} otherwise (every layer alike)."""
+        if not self.quantized():
+            return {}
+        if self.edgeLayersSpin.value():
+            return {"edge_layers": self.edgeLayersSpin.value(), "edge_bits": self.edgeBitsSpin.value()}
+        return {"layer_bits": list(self._layer_bits)} if self._layer_bits else {}
+
+    def _edge_layers_changed(self) -> None:
+        self._layer_bits = ()  # edge layers set by hand replace a width per layer
+        self._changed()
 
     def _per_head_toggled(self, checked: bool) -> None:
         self._per_head_choice = checked
@@ -368,7 +450,25 @@ class CompressionControls(QWidget):
             self._enable(
                 self.groupSizeCombo, len(groups) > 1, f"{scheme.name} fixes its group size: {groups[0]}"
             )
-        self._enable(self.fpRecentSpin, self.quantized(), "No quantization at 16 bits: everything is float")
+        self._enable(
+            self.fpRecentSpin,
+            self._fp_recent_applies(),
+            f"{scheme.name} keeps its own float residual: its residual parameter"
+            if scheme.per_channel_keys
+            else "No quantization at 16 bits: everything is float",
+        )
+        self._enable(
+            self.edgeLayersSpin, self.quantized(), "No quantization at 16 bits: no layer has a width"
+        )
+        if self._layer_bits and self.edgeLayersSpin.isEnabledTo(self):
+            self.edgeLayersSpin.setToolTip(
+                f"A width per layer is set ({','.join(map(str, self._layer_bits))}): edge layers replace it"
+            )
+        self._enable(
+            self.edgeBitsSpin,
+            self.quantized() and self.edgeLayersSpin.value() > 0,
+            "Edge layers off: every layer at the Bits width",
+        )
         self._form.setRowVisible(self.valueBitsRow, self.splitBitsCheck.isChecked())
         self._update_group_sizes()
 
@@ -395,6 +495,18 @@ class CompressionControls(QWidget):
             )
             slider.setToolTip(base + reason)
         self._bits_index = self.bitsSlider.value()
+        self._snap_edge_bits(scheme)
+
+    def _snap_edge_bits(self, scheme: QuantScheme) -> None:
+        """Keep the edge width one the scheme packs, stepping past the others in the direction it moved."""
+        spin, allowed = self.edgeBitsSpin, [b for b in scheme.allowed_bits if b in ALLOWED_BITS]
+        here = spin.value()
+        if here not in allowed and allowed:
+            ahead = [b for b in allowed if (b > here if here >= self._edge_bits else b < here)]
+            spin.blockSignals(True)
+            spin.setValue(min(ahead or allowed, key=lambda b: abs(b - here)))
+            spin.blockSignals(False)
+        self._edge_bits = spin.value()
 
     def _update_group_sizes(self) -> None:
         combo = self.groupSizeCombo
@@ -426,6 +538,16 @@ class CompressionControls(QWidget):
             widget.setProperty("baseToolTip", tip)
         widget.setEnabled(enabled)
         widget.setToolTip(tip if enabled else reason)  # another disabling method brings its own reason
+
+
+def _scheme_tip(scheme: QuantScheme) -> str:
+    """The scheme's description, then its parameters other than the group (which has its own control)."""
+    extra = [
+        f"{p.name} = {getattr(scheme, p.name)}: {p.help}"
+        for p in scheme.parameters()
+        if p.name != "group_size"
+    ]
+    return "\n".join([scheme.description, *extra])
 
 
 def _forced_per_head(method: Method) -> tuple[bool, str] | None:

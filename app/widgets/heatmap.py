@@ -231,6 +231,7 @@ class RetentionHeatmap(QWidget):
         self._fixed_items: list[pg.TextItem] = []
         self._marks: np.ndarray | None = None  # [rows, T_marked] bool: cells ringed (a question's attention)
         self._marks_label = ""
+        self.title: str | None = None
         self._build_ui()
 
     def _build_ui(self) -> None:
@@ -337,6 +338,7 @@ class RetentionHeatmap(QWidget):
         for name, arr in (("scores", scores), ("quant_error", quant_error)):
             if arr is not None and np.shape(arr) != kept.shape:
                 raise ValueError(f"{name} has shape {np.shape(arr)}, expected {kept.shape}")
+        self.set_title(None)
         self._kept = kept
         self._scores = None if scores is None else np.asarray(scores, dtype=np.float32)
         self._quant = None if quant_error is None else np.asarray(quant_error, dtype=np.float32)
@@ -409,6 +411,12 @@ class RetentionHeatmap(QWidget):
         self.highlight_position(None)
         self._marks = None
         self.set_data(np.zeros((0, 0), dtype=bool), [], [], None, None, 0, 0)
+
+    def set_title(self, text: str | None) -> None:
+        """A line above the map saying what it shows when that is not the compression result (a decode step of
+        the Timeline); set_data clears it."""
+        self.plot.setTitle(text, size="9pt")
+        self.title = text
 
     def set_view(self, name: str) -> None:
         """Switch to one of VIEWS."""

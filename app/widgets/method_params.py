@@ -1,31 +1,37 @@
-"""The selected method's parameters as spin boxes, built from its declaration (`kvcore.declared.param`).
+"""A method's or a quantization scheme's parameters as spin boxes (a combo box for a named choice), built from its
+declaration (`kvcore.declared.param`).
 
-A new method's fields appear here with their defaults and help, with no widget code to write. Values are kept by
-parameter name across method changes, so a window set for snapkv carries over to pyramidkv.
+A new method's or scheme's fields appear here with their defaults and help, with no widget code to write. Values are
+kept by parameter name across changes, so a window set for snapkv carries over to pyramidkv, a seed set for rotated
+to turboquant.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
+from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
 
-from kvcore.methods import Parameter
+from kvcore.declared import Parameter
 
 #: The largest value a spin box offers where a parameter declares no maximum.
 _NO_MAXIMUM = 1 << 20
 
+ParameterWidget = QSpinBox | QDoubleSpinBox | QComboBox
+
 
 class MethodParameters(QWidget):
-    """One row a parameter; emits `changed` when the user edits a value."""
+    """One row a parameter; emits `changed` when the user edits a value. `prefix` starts the widgets' object names
+    (a second instance, the scheme's, keeps its names apart: "quantSeedSpin" beside the method's "seedSpin")."""
 
     changed = Signal()
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, prefix: str = "") -> None:
         super().__init__(parent)
-        self.setObjectName("methodParameters")
+        self.setObjectName(f"{prefix}Parameters" if prefix else "methodParameters")
+        self._prefix = prefix
         self._form = QFormLayout(self)
         self._form.setContentsMargins(0, 0, 0, 0)
-        self._spins: dict[str, QSpinBox | QDoubleSpinBox] = {}
+        self._spins: dict[str, ParameterWidget] = {}
         self._values: dict[str, int | float] = {}
         self._none = QLabel("none", objectName="noParametersLabel")
         self._none.setToolTip("This method has no parameters")
@@ -37,11 +43,21 @@ class MethodParameters(QWidget):
         self._none = QLabel("none", objectName="noParametersLabel")
         self._spins = {}
         for p in parameters:
-            spin = self._spin(p)
-            spin.setValue(self._values.setdefault(p.name, p.default))
-            spin.valueChanged.connect(lambda value, name=p.name: self._edited(name, value))
-            self._spins[p.name] = spin
-            self._form.addRow(p.name, spin)
+            if (
+                p.kind is tuple
+            ):  # a list (one number per layer) has no spin box: its value is kept, set by --param
+                self._values.setdefault(p.name, p.default)
+                continue
+            widget = self._widget(p)
+            value = self._values.setdefault(p.name, p.default)
+            if isinstance(widget, QComboBox):
+                widget.setCurrentIndex(int(value))
+                widget.currentIndexChanged.connect(lambda value, name=p.name: self._edited(name, value))
+            else:
+                widget.setValue(value)
+                widget.valueChanged.connect(lambda value, name=p.name: self._edited(name, value))
+            self._spins[p.name] = widget
+            self._form.addRow(p.name, widget)
         if not parameters:
             self._form.addRow("", self._none)
 
@@ -53,30 +69,42 @@ class MethodParameters(QWidget):
         """Set values by name without emitting `changed` (the caller emits once)."""
         self._values.update(values)
         for name, value in values.items():
-            spin = self._spins.get(name)
-            if spin is not None:
-                spin.blockSignals(True)
-                spin.setValue(value)
-                spin.blockSignals(False)
+            widget = self._spins.get(name)
+            if widget is not None:
+                widget.blockSignals(True)
+                if isinstance(widget, QComboBox):
+                    widget.setCurrentIndex(int(value))
+                else:
+                    widget.setValue(value)
+                widget.blockSignals(False)
 
-    def spin(self, name: str) -> QSpinBox | QDoubleSpinBox | None:
-        """The shown spin box of parameter `name`, or None when the method has no such parameter."""
+    def spin(self, name: str) -> ParameterWidget | None:
+        """The shown widget of parameter `name` (a combo box for a named choice), or None when there is none."""
         return self._spins.get(name)
 
     def _edited(self, name: str, value: int | float) -> None:
         self._values[name] = value
         self.changed.emit()
 
-    @staticmethod
-    def _spin(p: Parameter) -> QSpinBox | QDoubleSpinBox:
+    def _name(self, p: Parameter, kind: str) -> str:
+        if not self._prefix:
+            return f"{p.name}{kind}"
+        return self._prefix + "".join(w.capitalize() for w in p.name.split("_")) + kind
+
+    def _widget(self, p: Parameter) -> ParameterWidget:
+        if p.choices:
+            combo = QComboBox(objectName=self._name(p, "Combo"))
+            combo.addItems(list(p.choices))
+            combo.setToolTip(f"{p.help} (default {p.choices[int(p.default)]})")
+            return combo
         top = _NO_MAXIMUM if p.maximum is None else p.maximum
         if p.kind is float:
-            spin = QDoubleSpinBox(objectName=f"{p.name}Spin")
+            spin = QDoubleSpinBox(objectName=self._name(p, "Spin"))
             spin.setDecimals(3)
             spin.setSingleStep(0.05)
             spin.setRange(-float(_NO_MAXIMUM) if p.minimum is None else p.minimum, top)
         else:
-            spin = QSpinBox(objectName=f"{p.name}Spin")
+            spin = QSpinBox(objectName=self._name(p, "Spin"))
             spin.setRange(-_NO_MAXIMUM if p.minimum is None else int(p.minimum), int(top))
             spin.setSingleStep(2 if p.odd else 1)
         spin.setToolTip(f"{p.help} (default {p.default:g})")

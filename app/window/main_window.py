@@ -22,10 +22,12 @@ from app.controllers.questions import QuestionsController
 from app.controllers.results_files import OPEN_RESULTS, ResultsFiles
 from app.controllers.session_files import OPEN, SAVE, SessionFiles
 from app.controllers.sweep import SweepController
+from app.controllers.timeline import TimelineController
 from app.engine import jobs
 from app.engine.jobs import COMPRESS, EXTEND, LOAD, NEEDLES, PREFILL, SWEEP
 from app.engine.question_jobs import QUESTION_ATTENTION, QUESTIONS
 from app.engine.thread import EngineThread, JobFailure, JobResult
+from app.engine.timeline_jobs import DECODE
 from app.engine.view_model import CompressionView, LoadedModel, SequenceView
 from app.settings import Settings
 from app.widgets.comparison import ComparisonView, MetricsPanel
@@ -37,6 +39,7 @@ from app.widgets.scrolling import scrolled
 from app.widgets.session_panel import SessionPanel, find_cached_models
 from app.widgets.status_area import StatusArea
 from app.widgets.sweep_panel import SweepPanel
+from app.widgets.timeline import TimelinePanel
 from app.window import layout
 from app.window.arrow_keys import ArrowKeyGuard
 from app.window.parts import StatsPane, build_menus
@@ -57,6 +60,7 @@ LONG_KINDS = {
     SAVE: "Saving the session",
     QUESTIONS: "Answering the questions",
     QUESTION_ATTENTION: "Measuring the question's attention",
+    DECODE: "Decoding",
 }
 
 
@@ -111,6 +115,7 @@ class MainWindow(QMainWindow):
         self.needles = NeedleController(self, self.needlePanel, self.needleDock)
         self.questioning = QuestionsController(self, self.questionsPanel, self.questionsDock)
         self.sweeping.questions = self.questioning.for_sweep
+        self.timeline = TimelineController(self, self.timelinePanel, self.timelineDock)
         self.pinning = PinController(self)
         self.session_files = SessionFiles(self, self.pinning, self.sweeping)
         self.results_files = ResultsFiles(self, self.sweeping)
@@ -154,6 +159,8 @@ class MainWindow(QMainWindow):
         self.needleDock = self._dock("Needle grid", self.needlePanel, scroll=False)
         self.questionsPanel = QuestionsPanel()
         self.questionsDock = self._dock("Questions", self.questionsPanel, scroll=False)
+        self.timelinePanel = TimelinePanel()
+        self.timelineDock = self._dock("Timeline", self.timelinePanel, scroll=False)
         layout.arrange_docks(self)
 
         panel = self.sessionPanel
@@ -187,6 +194,7 @@ class MainWindow(QMainWindow):
             self.sweepDock,
             self.needleDock,
             self.questionsDock,
+            self.timelineDock,
         ]
 
     def _dock(self, title: str, widget: QWidget, scroll: bool = True) -> QDockWidget:
@@ -338,6 +346,7 @@ class MainWindow(QMainWindow):
         self.status.set_timing("prefill", seq.prefill_ms)
         cleared = self.pinning.clear("a new prefill has other positions")
         cleared = f"{cleared} {self.sweeping.clear('it was measured on another prefill')}".strip()
+        cleared = f"{cleared} {self.timeline.clear('it was decoded from another prefill')}".strip()
         self.status.show(
             f"Prefilled {seq.prompt_len} tokens; the dense continuation is the reference. {cleared}".strip()
         )
@@ -374,6 +383,7 @@ class MainWindow(QMainWindow):
         self.metricsPanel.set_baseline(info.cache_dtype or None)
         cleared = self.pinning.clear("another model was loaded")
         cleared = f"{cleared} {self.sweeping.clear('another model was loaded')}".strip()
+        cleared = f"{cleared} {self.timeline.clear('another model was loaded')}".strip()
         self.heatmap.clear()
         self.questionsPanel.clear_answers()
         self.comparison.set_texts([], [], None)

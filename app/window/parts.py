@@ -28,6 +28,7 @@ from app.controllers.questions import QuestionsController
 from app.controllers.results_files import OPEN_RESULTS_SHORTCUT, ResultsFiles
 from app.controllers.session_files import OPEN_SHORTCUT, SAVE_SHORTCUT, SessionFiles
 from app.controllers.sweep import SweepController
+from app.controllers.timeline import TimelineController
 from app.settings import Settings
 from app.widgets.stats_table import StatsTable
 from app.window.layout import RESET_LAYOUT_SHORTCUT
@@ -43,6 +44,7 @@ class MenuOwner(Protocol):
     sweeping: SweepController
     needles: NeedleController
     questioning: QuestionsController
+    timeline: TimelineController
     pinning: PinController
 
     @property
@@ -210,6 +212,7 @@ def build_menus(owner: MenuOwner) -> WindowActions:
     view_menu.addAction(owner.sweeping.show_action)
     view_menu.addAction(owner.needles.show_action)
     view_menu.addAction(owner.questioning.show_action)
+    view_menu.addAction(owner.timeline.show_action)
     view_menu.addSeparator()
     reset_layout = _action(
         window,

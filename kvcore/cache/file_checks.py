@@ -12,9 +12,9 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from kvcore.cache.sparse import validate_quantization, validate_widths
-from kvcore.defaults import DEFAULT_QUANT
-from kvcore.quant import available as available_schemes
+from kvcore.cache.sparse import scheme_for, validate_quantization, validate_widths
+from kvcore.defaults import DEFAULT_QUANT, UNQUANTIZED_BITS
+from kvcore.quant import QuantScheme
 from kvcore.quant import get as get_scheme
 
 FLOAT_DTYPES = (mx.float16, mx.bfloat16, mx.float32)
@@ -41,7 +41,10 @@ def check_rows(keys: tuple[mx.array, ...], values: tuple[mx.array, ...], info: d
     """Check the stored key/value arrays (each side 1 part, or packed, scales (, biases)) and return their row count.
     Affine scales and biases are floats (also under a rotation); the microscaling schemes' scales are one byte."""
     quant = info.get("quant", DEFAULT_QUANT)
-    float_scales = quant in available_schemes() and get_scheme(quant).mode == "affine"
+    try:
+        float_scales = get_scheme(quant).mode == "affine"
+    except ValueError:
+        float_scales = False
     for kind, parts in (("keys", keys), ("values", values)):
         quantized = len(parts) > 1
         names = ("packed", "scales", "biases")[: len(parts)] if quantized else (kind,)
@@ -50,6 +53,12 @@ def check_rows(keys: tuple[mx.array, ...], values: tuple[mx.array, ...], info: d
             raise ValueError(f"{where}: {kind} batch is {shapes[0][0]}, expected 1")
         if any(s[:3] != shapes[0][:3] for s in shapes):
             raise ValueError(f"{where}: {kind} parts disagree on [batch, heads, rows]: {shapes}")
+        if quantized and _own_layout(info):  # a scheme whose parts are not mx.quantize's checks them itself
+            bits = info.get("value_bits", info["bits"]) if kind == "values" else info["bits"]
+            refusal = scheme_for(quant, info["group_size"]).layout_refusal(parts, bits, kind == "values")
+            if refusal is not None:
+                raise ValueError(f"{where}: {kind} {refusal}")
+            continue
         for j, p in enumerate(parts):
             want = (
                 (mx.uint32,)
@@ -73,6 +82,14 @@ def check_rows(keys: tuple[mx.array, ...], values: tuple[mx.array, ...], info: d
             f"{where}: keys {_parts_shape(keys)} and values {_parts_shape(values)} disagree on [batch, heads, rows]"
         )
     return int(keys[0].shape[2])
+
+
+def _own_layout(info: dict) -> bool:
+    """Whether the layer's scheme stores parts of its own layout (kvcore.quant's `own_layout`)."""
+    try:
+        return get_scheme(info.get("quant", DEFAULT_QUANT)).own_layout
+    except ValueError:
+        return False
 
 
 def _parts_shape(parts: tuple[mx.array, ...]) -> tuple[int, ...]:
@@ -136,3 +153,67 @@ def check_header_layer(info: Any, where: str) -> None:
         raise ValueError(f"{where}: empty must be true when present, got {info.get('empty')!r}")
     if info.get("empty") and offset != 0:
         raise ValueError(f"{where}: an empty layer has offset 0, got {offset}")
+
+
+def check_kivi_header(info: dict[str, Any], where: str) -> QuantScheme:
+    """A KIVI layer's scalars: a per-channel scheme spec, both widths, a whole number of packed rows, its offset
+    that of its residual; the scheme at the layer's group size."""
+    quant = info.get("quant")
+    try:
+        scheme = get_scheme(str(quant), group_size=info.get("group_size"))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    if not scheme.per_channel_keys:
+        raise ValueError(f"{where}: a KiviKVCache is packed by a per-channel scheme (kivi), not {quant!r}")
+    if "value_bits" not in info:
+        raise ValueError(f"{where}: a KiviKVCache needs value_bits")
+    n_body = _int(info, "n_body", where)
+    if n_body % scheme.group_size:
+        raise ValueError(f"{where}: n_body {n_body} is not whole groups of {scheme.group_size} tokens")
+    residual = info.get("residual")
+    if not isinstance(residual, dict) or residual.get("class") != "SparseKVCache":
+        raise ValueError(f"{where}: residual must be a SparseKVCache layer's metadata")
+    if residual.get("offset") != info["offset"]:
+        raise ValueError(f"{where}: offset {info['offset']} but the residual's is {residual.get('offset')!r}")
+    return scheme
+
+
+def check_kivi_body(
+    keys: tuple[mx.array, ...],
+    values: tuple[mx.array, ...],
+    positions: mx.array,
+    info: dict,
+    residual: Any,
+    where: str,
+) -> np.ndarray:
+    """The packed body of a KIVI layer: Kᵀ parts [1, H, D, ·] packed along tokens (or float rows), values per token,
+    positions [H, n_body] increasing, every one before its head's residual rows; returns the positions as int32."""
+    n_body, g = info["n_body"], info["group_size"]
+    res_k = residual.keys_and_values()[0]
+    heads, dim = int(res_k.shape[1]), int(res_k.shape[3])
+    for side, parts, bits in (("body_keys", keys, info["bits"]), ("body_values", values, info["value_bits"])):
+        transposed = side == "body_keys" and bits != UNQUANTIZED_BITS
+        rows, cols = (dim, n_body) if transposed else (n_body, dim)
+        if bits == UNQUANTIZED_BITS:
+            want = [((1, heads, rows, cols), FLOAT_DTYPES)]
+        else:
+            want = [((1, heads, rows, cols * bits // 32), (mx.uint32,))] + [
+                ((1, heads, rows, cols // g), FLOAT_DTYPES)
+            ] * 2
+        for j, (p, (shape, dtypes)) in enumerate(zip(parts, want, strict=True)):
+            if tuple(p.shape) != shape or p.dtype not in dtypes:
+                raise ValueError(
+                    f"{where}: {side}.{j} is {p.dtype} {list(p.shape)}, expected one of {list(dtypes)} {list(shape)}"
+                )
+    if positions.dtype not in INDEX_DTYPES or tuple(positions.shape) != (heads, n_body):
+        raise ValueError(
+            f"{where}: body_positions is {positions.dtype} {list(positions.shape)}, expected int [{heads}, {n_body}]"
+        )
+    pos = np.asarray(positions).astype(np.int64)
+    for h, later in enumerate(residual.retained_positions):
+        first = int(later[0]) if len(later) else int(info["offset"])
+        if pos[h].min() < 0 or pos[h].max() >= first or np.any(np.diff(pos[h]) <= 0):
+            raise ValueError(
+                f"{where}: head {h}'s body positions must increase from 0 and come before its residual's ({first})"
+            )
+    return pos.astype(np.int32)

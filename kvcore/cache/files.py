@@ -1,11 +1,12 @@
-"""Save and load KV caches (dense, quantized, sparse, ragged) as safetensors arrays plus JSON metadata.
+"""Save and load KV caches (dense, quantized, sparse, ragged, KIVI) as safetensors arrays plus JSON metadata.
 
 mlx-lm's `save_prompt_cache` cannot restore our classes (it looks class names up in its own module), and pickle
 would run code from the file. The file here is a plain safetensors file: arrays named `<layer>.<field>` and one
 metadata entry, `kvlens`, holding JSON with the format version, every layer's class and scalars, the caller's
 metadata and a SHA-256 digest over that JSON and all array bytes, so truncation and tampering are detected before a
 cache is built. Classes are looked up in a fixed table, never by an arbitrary name. Writes are atomic
-(`kvcore.atomic`).
+(`kvcore.atomic`). A KIVI layer (`kvcore.cache.kivi`) stores its packed body (`body_keys.*`: Kᵀ codes, scales,
+biases; `body_values.*`; `body_positions` [H, n_body]) and its float residual as a sparse layer under `residual.`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from kvcore.atomic import write_stream
 from kvcore.cache import file_checks as cache_checks
+from kvcore.cache.kivi import KiviKVCache
 from kvcore.cache.sparse import SparseKVCache, SparseQuantizedKVCache, scheme_for
 from kvcore.defaults import DEFAULT_QUANT, UNQUANTIZED_BITS
 
@@ -35,11 +37,14 @@ _CLASSES = {
     "QuantizedKVCache": QuantizedKVCache,
     "SparseKVCache": SparseKVCache,
     "SparseQuantizedKVCache": SparseQuantizedKVCache,
+    "KiviKVCache": KiviKVCache,
 }
 
 
 def _fields(layer: Any) -> tuple[dict[str, mx.array], dict[str, Any]]:
     """Arrays and JSON scalars of one layer."""
+    if isinstance(layer, KiviKVCache):
+        return _kivi_fields(layer)
     info: dict[str, Any] = {"class": type(layer).__name__, "offset": int(layer.offset)}
     if getattr(layer, "bits", None) is not None:
         info["bits"], info["group_size"] = int(layer.bits), int(layer.group_size)
@@ -63,6 +68,27 @@ def _fields(layer: Any) -> tuple[dict[str, mx.array], dict[str, Any]]:
         arrays["selection"] = selection
         info["prefix_counts"] = np.asarray(counts).tolist()
         info["kept_counts"] = layer.kept_counts.tolist()
+    return arrays, info
+
+
+def _kivi_fields(layer: KiviKVCache) -> tuple[dict[str, mx.array], dict[str, Any]]:
+    """A KIVI layer: its widths and spec, the packed body's parts and positions, the residual as a sparse layer."""
+    res_arrays, res_info = _fields(layer.residual)
+    info: dict[str, Any] = {
+        "class": "KiviKVCache",
+        "offset": int(layer.offset),
+        "bits": int(layer.bits),
+        "value_bits": int(layer.value_bits),
+        "group_size": int(layer.group_size),
+        "quant": layer.quant,
+        "n_body": layer.n_body,
+        "residual": res_info,
+    }
+    arrays = {f"residual.{k}": v for k, v in res_arrays.items()}
+    if layer.n_body:
+        arrays.update({f"body_keys.{j}": p for j, p in enumerate(layer.body_keys)})
+        arrays.update({f"body_values.{j}": p for j, p in enumerate(layer.body_values)})
+        arrays["body_positions"] = mx.array(layer.body_positions)
     return arrays, info
 
 
@@ -105,7 +131,8 @@ def write_file(path: Path, arrays: dict[str, mx.array], header: dict[str, Any]) 
 
 
 def save_cache(path: str | os.PathLike, cache: Sequence[Any], metadata: dict | None = None) -> None:
-    """Write `cache` (any mix of KVCache, QuantizedKVCache, SparseKVCache, SparseQuantizedKVCache) atomically.
+    """Write `cache` (any mix of KVCache, QuantizedKVCache, SparseKVCache, SparseQuantizedKVCache, KiviKVCache)
+    atomically.
 
     `metadata` must be JSON-serializable; it comes back from `load_cache`. Other layer classes (rotating window,
     SSM state) are refused with a ValueError rather than saved in a form that could not be restored faithfully.
@@ -175,6 +202,8 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
     """One layer from its checked fields (kvcore.cache.file_checks): nonsense is refused before any object exists."""
     cache_checks.check_header_layer(info, where)
     cls = _CLASSES.get(info.get("class"))
+    if cls is KiviKVCache:
+        return _build_kivi(info, arrays, where)
     if cls is None:
         raise ValueError(f"{where}: unknown cache class {info.get('class')!r}; allowed {sorted(_CLASSES)}")
     quantized = cls in (QuantizedKVCache, SparseQuantizedKVCache)
@@ -197,8 +226,9 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
             raise ValueError(f"{where}: an empty layer has arrays {sorted(arrays)}")
         return layer
     widths = (info["bits"], info.get("value_bits", info["bits"])) if quantized else (UNQUANTIZED_BITS,) * 2
-    n_packed = scheme_for(quant, info["group_size"]).n_parts if quantized else 1
-    k_parts, v_parts = (1 if w == UNQUANTIZED_BITS else n_packed for w in widths)  # a float side: 1
+    scheme = scheme_for(quant, info["group_size"]) if quantized else None
+    n_packed = (scheme.n_parts, scheme.n_value_parts) if scheme is not None else (1, 1)
+    k_parts, v_parts = (1 if w == UNQUANTIZED_BITS else n for w, n in zip(widths, n_packed, strict=True))
     try:
         k = tuple(arrays[f"keys.{j}"] for j in range(k_parts))
         v = tuple(arrays[f"values.{j}"] for j in range(v_parts))
@@ -221,6 +251,37 @@ def _build(info: Any, arrays: dict[str, mx.array], where: str) -> Any:
     else:
         cache_checks.check_dense(rows, layer.offset, where)
         layer.keys, layer.values = k, v
+    return layer
+
+
+def _build_kivi(info: dict, arrays: dict[str, mx.array], where: str) -> KiviKVCache:
+    """A KIVI layer: its residual built as a sparse layer, then its body's parts and positions checked against it."""
+    scheme = cache_checks.check_kivi_header(info, where)
+    res_fields = {k.removeprefix("residual."): v for k, v in arrays.items() if k.startswith("residual.")}
+    residual = _build(info.get("residual"), res_fields, f"{where}: residual")
+    if not isinstance(residual, SparseKVCache) or residual.keys is None:
+        raise ValueError(f"{where}: a kivi layer's residual must be a non-empty SparseKVCache")
+    bits, value_bits = info["bits"], info["value_bits"]
+    parts = {
+        "body_keys": 1 if bits == UNQUANTIZED_BITS else 3,
+        "body_values": 1 if value_bits == UNQUANTIZED_BITS else 3,
+    }
+    n_body = info["n_body"]
+    wanted = (
+        {f"{side}.{j}" for side, n in parts.items() for j in range(n)} | {"body_positions"}
+        if n_body
+        else set()
+    )
+    body = {k: v for k, v in arrays.items() if not k.startswith("residual.")}
+    if set(body) != wanted:
+        raise ValueError(f"{where}: body arrays {sorted(body)}, expected {sorted(wanted)}")
+    layer = KiviKVCache(scheme, bits, value_bits)
+    layer.residual = residual
+    if n_body:
+        keys = tuple(body[f"body_keys.{j}"] for j in range(parts["body_keys"]))
+        values = tuple(body[f"body_values.{j}"] for j in range(parts["body_values"]))
+        positions = cache_checks.check_kivi_body(keys, values, body["body_positions"], info, residual, where)
+        layer.body_keys, layer.body_values, layer.body_positions = keys, values, positions
     return layer
 
 

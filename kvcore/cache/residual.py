@@ -111,7 +111,7 @@ class ResidualKVCache:
 
     def attend(self, queries: mx.array, keys: Any, values: Any, scale: float) -> mx.array:
         """Softmax attention over the body's and the residual's rows at once (see the module docstring)."""
-        from kvcore.model.attention import quantized_or_float_matmul, rotation_of
+        from kvcore.model.attention import quantized_or_float_matmul, rotation_of, simulated_of
 
         (body_k, res_k), (body_v, res_v) = keys, values
         B, n_q_heads, L, D = queries.shape
@@ -119,11 +119,11 @@ class ResidualKVCache:
         rep = n_q_heads // n_kv
         q = mx.reshape(queries * scale, (B, n_kv, rep, L, D))
         group, kb, vb, mode = self.group_size, self.bits, self.value_bits, self.body.mode
-        rot = rotation_of(self.body.scheme)
+        rot, sim = rotation_of(self.body.scheme), simulated_of(self.body.scheme)
         expand = tuple  # parts of one side, each [B, H, n, *] -> [B, H, 1, n, *] to broadcast over the group
         body_k, body_v = (expand(mx.expand_dims(x, 2) for x in side) for side in (body_k, body_v))
         n_body = body_k[0].shape[3]
-        scores = [quantized_or_float_matmul(q, body_k, True, group, kb, mode, rot)] if n_body else []
+        scores = [quantized_or_float_matmul(q, body_k, True, group, kb, mode, rot, sim)] if n_body else []
         scores.append(q @ mx.swapaxes(mx.expand_dims(res_k, 2), -1, -2))
         masks = [self._body_mask(n_body)] if n_body else []
         masks.append(residual_mask(self.residual, L))
@@ -138,7 +138,9 @@ class ResidualKVCache:
         weights = mx.softmax(joined, axis=-1, precise=True)
         out = weights[..., n_body:] @ mx.expand_dims(res_v, 2)
         if n_body:
-            out = out + quantized_or_float_matmul(weights[..., :n_body], body_v, False, group, vb, mode, rot)
+            out = out + quantized_or_float_matmul(
+                weights[..., :n_body], body_v, False, group, vb, mode, rot, sim
+            )
         return mx.reshape(out, (B, n_q_heads, L, D))
 
     def _body_mask(self, n_body: int) -> mx.array | None:

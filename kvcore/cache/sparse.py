@@ -62,7 +62,7 @@ __all__ = [
 def scheme_for(quant: str = DEFAULT_QUANT, group_size: int = DEFAULT_GROUP_SIZE) -> QuantScheme:
     """The scheme `quant` (kvcore.quant) at `group_size`, or at its own where the format fixes one (mxfp4 32, nvfp4
     16): the caches take affine's arguments for every scheme. ValueError naming what is allowed otherwise."""
-    groups = type(get_scheme(quant)).allowed_group_sizes
+    groups = get_scheme(quant).allowed_group_sizes
     return get_scheme(quant, group_size=groups[0] if len(groups) == 1 else group_size)
 
 
@@ -404,7 +404,12 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
         self._set_scheme(scheme_for(quant, group_size), bits, value_bits)
 
     def _set_scheme(self, scheme: QuantScheme, bits: int, value_bits: int) -> None:
-        validate_widths(bits, value_bits, scheme.group_size, quant=scheme.name)
+        if scheme.per_channel_keys:
+            raise ValueError(
+                f"{scheme.name} packs keys per channel, along tokens: its layers are kvcore.cache.kivi.KiviKVCache "
+                "(kivi_cache), not a row-packed cache"
+            )
+        validate_widths(bits, value_bits, scheme.group_size, quant=scheme.spec)
         self.scheme = scheme
         self.group_size = scheme.group_size  # mlx-lm reads it
         self.bits = bits
@@ -412,26 +417,27 @@ class SparseQuantizedKVCache(_SparseRows, QuantizedKVCache):
 
     @property
     def quant(self) -> str:
-        """The scheme's name (kvcore.quant), as the state, files and CSVs carry it."""
-        return self.scheme.name
+        """The scheme's spec (its name, and its parameters off their defaults: kvcore.quant), as the state, files
+        and CSVs carry it."""
+        return self.scheme.spec
 
     @property
     def mode(self) -> str:
         """The scheme's mx.quantize mode: what `kvcore.model.attention` passes to mx.quantized_matmul."""
         return self.scheme.mode
 
-    def _pack(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
+    def _pack(self, x: mx.array, bits: int, values: bool = False) -> tuple[mx.array, ...]:
         if bits == UNQUANTIZED_BITS:
             return (x,)
         if x.shape[-1] % self.group_size:
             self.scheme.check(bits, x.shape[-1])
-        return self.scheme.pack(x, bits)
+        return self.scheme.pack_values(x, bits) if values else self.scheme.pack(x, bits)
 
     def _encode(self, x: mx.array) -> tuple[mx.array, ...]:
         return self._pack(x, self.bits)
 
     def _encode_values(self, x: mx.array) -> tuple[mx.array, ...]:
-        return self._pack(x, self.value_bits)
+        return self._pack(x, self.value_bits, values=True)
 
     def _wrap(self, parts: Sequence[mx.array]) -> tuple[mx.array, ...]:
         return tuple(parts)

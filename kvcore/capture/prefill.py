@@ -43,6 +43,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from kvcore import defaults
 from kvcore.cache import sparse as caches
 from kvcore.capture import h2o_mode as capture_mode
 from kvcore.capture import query_stats as query_stats_module
@@ -77,6 +78,12 @@ class LayerObservation:
     latent: bool = False  # an MLA layer observed in latent space (kvcore.model.mla)
     values: mx.array | None = None  # [H_kv, T, head_dim], a view of the cache (latent: None)
     query_stats: query_stats_module.QueryStats | None = None  # pre-RoPE statistics (expected_attention)
+    rope: Any = (
+        None  # the layer's own rope module (un-rotates cached keys: leverage, compactor); None if untapped
+    )
+    #: the layer's attention output projection (the model's `o_proj` module, not a copy), for criticalkv's
+    #: ‖W_o·v‖₁; None where the architecture names it otherwise
+    output_proj: Any = None
     #: Scores from an extra forward pass (kvzip: `Method.reconstruct`), by what they depend on; [H_kv, T] float32.
     reconstruction: dict[tuple, mx.array] = field(default_factory=dict)
 
@@ -90,13 +97,17 @@ class LayerObservation:
         return self.n_q_heads // self.n_kv_heads
 
     def ensure_h2o(self) -> mx.array | None:
-        """Compute the h2o sums from the kept queries if capture deferred them; identical to eager capture."""
+        """Compute the h2o sums from the kept queries if capture deferred them; identical to eager capture. The
+        queries stay for the methods that read them all (non_causal_attention, compactor) unless they are larger
+        than `defaults.KEEP_PROMPT_QUERIES_BYTES`: then they are freed (a long prompt's queries rival its cache)."""
         if self.h2o_sums is None and self.pending_queries:
             sums, stop = None, 0
             for q in self.pending_queries:
                 stop += q.shape[1]
                 sums = _accumulate_h2o(sums, q, self.keys[:, :stop], self.scale)
-            self.h2o_sums, self.pending_queries = sums, None
+            self.h2o_sums = sums
+            if sum(q.nbytes for q in self.pending_queries) > defaults.KEEP_PROMPT_QUERIES_BYTES:
+                self.pending_queries = None
         return self.h2o_sums
 
 
@@ -326,6 +337,7 @@ def prefill_with_capture(
                 on_progress(b, total)
     result = _result(cache, layer_of, recorder.states, skipped, logits)
     result.forward_calls, result.n_tokens, result.before_last = calls, total, before_last
+    _attach_output_projections(model, [result, before_last])
     for r in (result, before_last):
         if r is not None:
             r.h2o_mode = "lazy" if h2o == "lazy" else "eager" if h2o else "off"
@@ -335,6 +347,20 @@ def prefill_with_capture(
         ]
         _observe_keys(before_last, before_last.cache)
     return result
+
+
+def _attach_output_projections(model: nn.Module, results: list[CaptureResult | None]) -> None:
+    """Point each observation at its layer's `self_attn.o_proj` (mlx-lm's name in llama, qwen, mistral, phi3,
+    gemma): the observer sees attention's inputs, not the module, so the model is where the weights are."""
+    layers = getattr(model, "layers", None)
+    if layers is None:
+        return
+    for r in results:
+        if r is None:
+            continue
+        for obs, layer in zip(r.observations, layers, strict=False):
+            if obs is not None and not obs.latent:
+                obs.output_proj = getattr(getattr(layer, "self_attn", None), "o_proj", None)
 
 
 def _check_ids(ids: list[int], vocab_size: Any) -> None:
@@ -390,6 +416,7 @@ def _result(
             pending_queries=state.queries or None,
             latent=state.latent,
             query_stats=_finished(state),
+            rope=None if state.untapped else state.rope,
         )
     result = CaptureResult(cache, observations, skipped, logits, 0, 0)
     _observe_keys(result, cache)

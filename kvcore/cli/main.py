@@ -2,6 +2,7 @@
 
   kvlens compress -p "TEXT" --method snapkv --ratio 0.25 --bits 4 [--csv S] [--positions P] [--json]
                   [--decode-method streaming_llm --decode-budget 256 --decode-interval 16]  (evict while generating)
+                  [--decode-method snapkv --decode-ratio 0.25 --tokens 1024 --timeline t.csv]
   kvlens sweep --prompt-file F --methods snapkv,h2o --ratios 0.1,0.25,0.5 --bits 4,8,16 --csv out.csv
                [--plot frontier.png --metric kl_mean]     (ratios may also be a range: 0.1:0.5:0.1)
   kvlens probe --methods snapkv,streaming_llm --ratios 0.25,0.5 --depths 0.1,0.5,0.9 --lengths 800,1600 --csv p.csv
@@ -28,14 +29,18 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kvcore.cli import probe as probe_cli
+from kvcore.cli import ruler as ruler_cli
 from kvcore.cli.progress import draw_progress, end_progress
 from kvcore.defaults import (
     ALLOWED_BITS,
     DEFAULT_CONTINUATION_TOKENS,
     DEFAULT_DECODE_INTERVAL,
+    DEFAULT_EDGE_BITS,
+    DEFAULT_EDGE_LAYERS,
     DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
     DEFAULT_KERNEL,
+    DEFAULT_LAYER_BITS,
     DEFAULT_METHOD,
     DEFAULT_N_SINK,
     DEFAULT_QUANT,
@@ -71,9 +76,9 @@ class _Parser(argparse.ArgumentParser):
     def format_help(self) -> str:
         """List the method names under --method / --methods (imported only for --help: it loads MLX)."""
         if any(a.dest in ("method", "methods") for a in self._actions):
-            from kvcore.methods import available
+            from kvcore.methods import summary
 
-            names = textwrap.fill(", ".join(available()), width=100, break_on_hyphens=False)
+            names = textwrap.fill(summary(), width=100, break_on_hyphens=False)
             self.epilog = f"methods ('kvlens methods' defines each):\n{textwrap.indent(names, '  ')}"
             self.formatter_class = argparse.RawDescriptionHelpFormatter
         return super().format_help()
@@ -83,6 +88,11 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kvlens", description="KV Lens headless engine.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("methods", help="list every method with its definition and parameters")
+    ruler = sub.add_parser("ruler", help="RULER-format tasks scored per method and compression ratio")
+    ruler.add_argument(
+        "--model", default=str(demo_model_dir()), help="model folder or HF repo id (default: demo)"
+    )
+    ruler_cli.add_arguments(ruler)
     for name in ("compress", "sweep", "probe"):
         s = sub.add_parser(name)
         s.add_argument(
@@ -185,18 +195,35 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_decoding(s: argparse.ArgumentParser) -> None:
-    """--decode-method/-budget/-interval: evict while generating --tokens (kvcore.engine.decoding)."""
+    """--decode-method/-budget/-ratio/-interval and --timeline: evict while generating --tokens
+    (kvcore.engine.decoding)."""
     s.add_argument(
         "--decode-method",
         help="a decoding-time policy that evicts while the model writes: streaming_llm (the --n-sink sinks and "
-        "the most recent tokens) or knorm",
+        "the most recent tokens), knorm, snapkv, tova, keydiff, adakv, adakv-snapkv, adakv-knorm, adakv-keydiff "
+        "(re-scoring the cache from the latest tokens' queries), h2o_online (H2O's accumulated attention) or dms "
+        "(--decode-budget is its sliding window; older keys scoring −‖k‖ below --decode-threshold are evicted)",
     )
-    s.add_argument("--decode-budget", type=int, help="with --decode-method: rows kept per kv-head")
+    size = s.add_mutually_exclusive_group()
+    size.add_argument("--decode-budget", type=int, help="with --decode-method: rows kept per kv-head")
+    size.add_argument(
+        "--decode-ratio",
+        type=float,
+        help="with --decode-method: the share of the positions seen so far kept, in (0, 1) "
+        "(kvpress's CompressionRatioDecodingPress with target_compression_ratio 1 - R)",
+    )
     s.add_argument(
         "--decode-interval",
         type=int,
         default=DEFAULT_DECODE_INTERVAL,
         help=f"with --decode-method: generated tokens between evictions (default {DEFAULT_DECODE_INTERVAL})",
+    )
+    s.add_argument("--decode-threshold", type=float, help="with --decode-method dms: the score threshold")
+    s.add_argument(
+        "--timeline",
+        type=Path,
+        help="with --decode-method: write the cache timeline as CSV (step, layer, kv_head, position, kept: every "
+        "position each head held at each eviction)",
     )
 
 
@@ -204,16 +231,22 @@ def _decoding_policy(args: argparse.Namespace) -> Any:
     """The --decode-* flags as a DecodingPolicy, or None; refused before the model loads."""
     method = getattr(args, "decode_method", None)
     budget = getattr(args, "decode_budget", None)
+    ratio = getattr(args, "decode_ratio", None)
+    timeline = getattr(args, "timeline", None)
     if method is None:
-        if budget is not None:
-            raise UsageError("--decode-budget needs --decode-method (streaming_llm or knorm)")
+        for flag, value in (("--decode-budget", budget), ("--decode-ratio", ratio), ("--timeline", timeline)):
+            if value is not None:
+                raise UsageError(f"{flag} needs --decode-method (e.g. streaming_llm, snapkv or h2o_online)")
         return None
-    if budget is None:
-        raise UsageError("--decode-method needs --decode-budget: the rows kept per kv-head")
+    if budget is None and ratio is None:
+        raise UsageError("--decode-method needs --decode-budget (rows kept per kv-head) or --decode-ratio")
+    _check_output(timeline)
     from kvcore.engine.decoding import DecodingPolicy
 
     try:
-        return DecodingPolicy(method, budget, args.decode_interval, args.n_sink)
+        return DecodingPolicy(
+            method, budget, args.decode_interval, args.n_sink, ratio, threshold=args.decode_threshold
+        )
     except ValueError as exc:
         raise UsageError(f"--decode-*: {exc}") from None
 
@@ -255,7 +288,9 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
         default=DEFAULT_QUANT,
         metavar="SCHEME",
         help=f"the quantization scheme that packs K and V (a module of kvcore.quant): affine, mxfp4 (--bits 4), "
-        f"nvfp4 (--bits 4), mxfp8 (--bits 8), … (default {DEFAULT_QUANT})",
+        f"nvfp4 (--bits 4), mxfp8 (--bits 8), rotated (Hadamard, then any of those: packing), kivi (keys per "
+        f"channel, a float residual) … (default {DEFAULT_QUANT}); a scheme's parameters after a colon or with "
+        f"--param, e.g. rotated:packing=mxfp4,seed=3 or kivi:residual=64",
     )
     s.add_argument("--shared", action="store_true", help="all kv-heads of a layer keep the same positions")
     s.add_argument("--window", type=int, default=DEFAULT_WINDOW)
@@ -267,8 +302,9 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="set a method parameter by the name the method declares (repeatable), e.g. --param beta=10 for "
-        "pyramidkv, --param alpha=0.3 for adakv; over several methods, each takes the ones it declares",
+        help="set a method or --quant scheme parameter by the name it declares (repeatable), e.g. --param beta=10 "
+        "for pyramidkv, --param alpha=0.3 for adakv, --param residual=64 for kivi, --param packing=1 for rotated "
+        "(mxfp4); each method and the scheme take the ones they declare",
     )
     s.add_argument(
         "--fp-recent",
@@ -277,6 +313,29 @@ def _add_shared(s: argparse.ArgumentParser) -> None:
         metavar="R",
         help="keep the kept sinks (--n-sink) and the last R prompt positions unquantized beside the packed rest, "
         f"and generated tokens too (a KIVI-style float residual; no effect when nothing is packed; default {DEFAULT_FP_RECENT})",
+    )
+    s.add_argument(
+        "--layer-bits",
+        type=_width_list,
+        default=DEFAULT_LAYER_BITS,
+        metavar="B,B,…",
+        help="a width per layer (one per layer, e.g. 8,4,4,4,8), replacing each layer's key and value widths "
+        "(a float side stays float); layer-adaptive, for any --quant",
+    )
+    s.add_argument(
+        "--edge-layers",
+        type=_positions_count,
+        default=DEFAULT_EDGE_LAYERS,
+        metavar="K",
+        help=f"pack the first and last K layers at --edge-bits (the layers nearest the embeddings and the logits; "
+        f"default {DEFAULT_EDGE_LAYERS}: none)",
+    )
+    s.add_argument(
+        "--edge-bits",
+        type=int,
+        default=DEFAULT_EDGE_BITS,
+        metavar="B",
+        help=f"the width of the --edge-layers layers, keys and values (default {DEFAULT_EDGE_BITS})",
     )
     s.add_argument(
         "--schedule",
@@ -291,6 +350,11 @@ def _param_pair(text: str) -> tuple[str, int | float]:
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. beta=10)")
+    if "," in value:  # a list parameter, one number per layer (per_layer_compression's layer_ratios)
+        try:
+            return name.strip(), tuple(float(v) for v in value.split(",") if v.strip())  # type: ignore[return-value]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a list of numbers") from None
     try:
         return name.strip(), int(value)
     except ValueError:
@@ -302,10 +366,12 @@ def _param_pair(text: str) -> tuple[str, int | float]:
 
 
 def _method_params(args: argparse.Namespace, methods: Sequence[str]) -> None:
-    """Refuse a --param that none of `methods` declares, naming the parameters they have."""
+    """Refuse a --param that none of `methods` nor the --quant scheme declares, naming the parameters they have."""
     from kvcore.methods import get
 
-    declared = {p.name for m in methods for p in get(m).parameters()}
+    declared = {p.name for m in methods for p in get(m).parameters()} | set(
+        _scheme_params(getattr(args, "quant", DEFAULT_QUANT))
+    )
     unknown = sorted({name for name, _ in args.param} - declared)
     if unknown:
         have = ", ".join(sorted(declared)) or "none"
@@ -329,6 +395,34 @@ def _stored_form(state: Any, layer: int) -> dict[str, Any]:
     return out
 
 
+def _scheme_params(quant: str) -> tuple[str, ...]:
+    """The parameters --param can set on the --quant scheme (all but group_size, which has its own flag)."""
+    from kvcore.quant import get as get_scheme
+
+    try:
+        return tuple(p.name for p in get_scheme(quant).parameters() if p.name != "group_size")
+    except ValueError:  # an unknown scheme: refused with the schemes' names where the configuration is built
+        return ()
+
+
+def _quant_spec(args: argparse.Namespace) -> str:
+    """--quant with the --param values its scheme declares appended: "kivi" + --param residual=64 gives
+    "kivi:residual=64" (a value in the spec itself is overridden)."""
+    ours = [(name, value) for name, value in args.param if name in _scheme_params(args.quant)]
+    if not ours:
+        return args.quant
+    sep = "," if ":" in args.quant else ":"
+    return args.quant + sep + ",".join(f"{name}={value}" for name, value in ours)
+
+
+def _width_list(text: str) -> tuple[int, ...]:
+    """argparse type of --layer-bits: comma-separated whole widths (the scheme checks each against its own)."""
+    try:
+        return tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of widths (e.g. 8,4,4,4,8)") from None
+
+
 def _positions_count(text: str) -> int:
     """argparse type of --fp-recent: a whole number >= 0 (argparse turns the error into one line, exit 2)."""
     try:
@@ -345,6 +439,10 @@ def _probe(args: argparse.Namespace) -> int:
     from kvcore.probes.plan import plan_from_text
     from kvcore.probes.scoring import PROBE_COLUMNS
 
+    if args.query_aware and args.prompts is None:
+        raise UsageError(
+            "--query-aware applies to a --prompts set of contexts and questions: give one, or drop it"
+        )
     if args.prompts is not None:
         if args.control:
             raise UsageError(
@@ -480,9 +578,13 @@ def _config(
     from kvcore.quant import get as get_scheme
 
     declared = {p.name for p in get(method).parameters()}
-    if args.quant not in available_schemes():
+    if args.quant.partition(":")[0] not in available_schemes():
         raise UsageError(f"--quant {args.quant}: available are {', '.join(available_schemes())}")
-    allowed = type(get_scheme(args.quant)).allowed_bits
+    quant = _quant_spec(args)
+    try:
+        allowed = get_scheme(quant).allowed_bits
+    except ValueError as e:
+        raise UsageError(f"--quant {quant}: {e}") from None
     help_ = (
         _BITS_HELP
         if args.quant == DEFAULT_QUANT
@@ -505,7 +607,10 @@ def _config(
         schedule=args.schedule,
         fp_recent=args.fp_recent,
         params={name: value for name, value in args.param if name in declared},
-        quant=args.quant,
+        quant=quant,
+        layer_bits=args.layer_bits,
+        edge_layers=args.edge_layers,
+        edge_bits=args.edge_bits,
     )
 
 
@@ -561,6 +666,11 @@ def _prompt_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int
 def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
     if getattr(args, "prompts", None) is not None:
         return _prompt_set(args, plot_writer)
+    asked = getattr(args, "questions", None) is not None
+    if asked and args.session is None and args.prompt is None and args.prompt_file is None:
+        raise UsageError(
+            "--questions needs a context to ask about: pass --context-file FILE (or --prompt TEXT)"
+        )
     prompt = None if args.session is not None else _prompt(args)
     if args.system_prompt is not None and not args.chat_template:
         raise UsageError(
@@ -606,6 +716,8 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
         from kvcore.engine.session_file import open_session
 
         open_session(args.session, session)  # no forward pass; the saved continuation is the reference
+    elif questions and args.chat_template and session.has_chat_template:
+        _prefill_chat_context(args, session, prompt)
     else:
         session.prefill(
             prompt, n_tokens=args.tokens, chat_template=args.chat_template, system_prompt=args.system_prompt
@@ -613,6 +725,16 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
     if args.command == "compress":
         return _compress(args, session, configs[0], questions)
     return _sweep(args, session, configs, plot_writer)
+
+
+def _prefill_chat_context(args: argparse.Namespace, session: Any, context: str) -> None:
+    """Context and question as one user message (context, then question), as mlx-lm would render it: the
+    template's head and the context are prefilled; each question is fed with the template's tail."""
+    from kvcore.model.prompting import split_chat
+
+    head, args.question_suffix = split_chat(session.tokenizer, context, args.system_prompt)
+    session.prefill(session.tokenizer.encode(head, add_special_tokens=False), n_tokens=args.tokens)
+    session.chat_template_applied = True
 
 
 def _check_plot(path: Path, plot_writer: PlotWriter | None) -> None:
@@ -665,12 +787,14 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
     if questions and args.query_aware:
         from kvcore.engine.questions import answer_query_aware
 
+        suffix = getattr(args, "question_suffix", "")
         context = list(session.prompt_ids)
-        answers = [answer_query_aware(session, context, q, cfg, args.tokens) for q in questions]
+        answers = [answer_query_aware(session, context, q, cfg, args.tokens, suffix) for q in questions]
     else:
-        answers = [session.answer(state, q, args.tokens) for q in questions or ()]
+        suffix = getattr(args, "question_suffix", "")
+        answers = [session.answer(state, q, args.tokens, suffix) for q in questions or ()]
     if args.decoding_policy is not None:
-        summary.update(_decode_summary(session, state, args.decoding_policy, args.tokens))
+        summary.update(_decode_summary(session, state, args.decoding_policy, args.tokens, args.timeline))
     if answers:
         summary["accuracy_dense"] = accuracy(answers, compressed=False)
         summary["accuracy_compressed"] = accuracy(answers, compressed=True)
@@ -703,25 +827,37 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
     return 0
 
 
-def _decode_summary(session: Any, state: Any, policy: Any, n: int) -> dict[str, Any]:
-    """The continuation under a decoding policy against the dense one: cache size, bytes, agreement."""
+def _decode_summary(
+    session: Any, state: Any, policy: Any, n: int, timeline: Path | None = None
+) -> dict[str, Any]:
+    """The continuation under a decoding policy against the dense one (computed once, at the prefill): cache size,
+    bytes, agreement. Ctrl-C keeps what was generated (`decode_interrupted`); --timeline writes its CSV."""
     from kvcore.engine.decoding import decode_with_policy
+    from kvcore.engine.timeline import of_run, write_timeline_csv
     from kvcore.measure.metrics import first_divergence
 
-    label = f"decoding {policy.method} budget={policy.budget} every {policy.interval}"
+    label = f"decoding {policy.label()}"
     drawn = sys.stderr.isatty()
     run = decode_with_policy(
         session, state, policy, n, on_progress=(lambda d, t: draw_progress(d, t, label)) if drawn else None
     )
     if drawn:
         end_progress()
-    dense = session.dense_tokens[:n]
+    if run.interrupted:
+        print(f"kvlens: interrupted: {len(run.tokens)} of {n} tokens kept", file=sys.stderr)
+    if timeline is not None:
+        write_timeline_csv(timeline, of_run(run))
+    dense = session.dense_tokens[: len(run.tokens)]
     same = sum(a == b for a, b in zip(dense, run.tokens, strict=False))
     size = run.bytes_summary()
     return {
         "decode_method": policy.method,
         "decode_budget": policy.budget,
+        "decode_ratio": policy.ratio,
         "decode_interval": policy.interval,
+        "decode_threshold": policy.threshold,
+        "decode_tokens": len(run.tokens),
+        "decode_interrupted": run.interrupted,
         "decode_compressions": len(run.compressions),
         "max_cache_tokens": run.max_cache_tokens,
         "decode_bytes_min": size["min"],
@@ -815,6 +951,8 @@ def main(argv: list[str], plot_writer: PlotWriter | None = None) -> int:
         return 0
     try:
         _check_args(args)
+        if args.command == "ruler":
+            return ruler_cli.command(args)
         return _probe(args) if args.command == "probe" else _one_prompt(args, plot_writer)
     except (
         RankLost

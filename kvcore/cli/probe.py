@@ -53,6 +53,12 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also prefill each prompt without its needle (method no_needle): recall that needs no needle",
     )
+    s.add_argument(
+        "--query-aware",
+        action="store_true",
+        help="with a --prompts set of contexts and questions: prefill and compress context and question together "
+        "(default: the context alone, the question appended after compression, as kvpress evaluates)",
+    )
 
 
 def score_probes(

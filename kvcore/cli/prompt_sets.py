@@ -32,7 +32,9 @@ def prompt_set_command(
 ) -> int:
     """Evaluate `--prompts` over `configs` (probe or sweep, as `args.command` says); the exit status."""
     if args.command == "probe":
-        mode = probe_mode(configs, args.chat_template, args.system_prompt)
+        mode = probe_mode(
+            configs, args.chat_template, args.system_prompt, getattr(args, "query_aware", False)
+        )
     else:
         mode = sweep_mode(configs, args.tokens, args.chat_template, args.system_prompt)
     request = SetRequest(

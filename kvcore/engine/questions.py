@@ -61,11 +61,12 @@ def accuracy(answers: list[Answer], compressed: bool) -> float | None:
 
 
 def answer_query_aware(
-    session: Any, context_ids: list[int], question: Question, config: Any, n: int
+    session: Any, context_ids: list[int], question: Question, config: Any, n: int, suffix: str = ""
 ) -> Answer:
     """Query-aware (KV Lens's default, SnapKV's papers): context and question prefilled and compressed together, so
-    the question sits in every observation window. One prefill a question; the session then holds that prompt."""
-    ids = [*context_ids, *session.tokenizer.encode(question.text, add_special_tokens=False)]
+    the question sits in every observation window. One prefill a question; the session then holds that prompt.
+    `suffix` follows the question (the chat template's end of the user message)."""
+    ids = [*context_ids, *session.tokenizer.encode(question.text + suffix, add_special_tokens=False)]
     session.prefill(ids, n)
     state = session.compress(config)
     regen = session.regenerate(state, n)

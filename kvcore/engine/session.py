@@ -23,22 +23,27 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
 from kvcore.cache import sparse as caches
+from kvcore.cache.kivi import KiviKVCache, kivi_cache
 from kvcore.cache.residual import ResidualKVCache, split_select
 from kvcore.capture.prefill import Cancelled, CaptureResult, prefill_with_capture
 from kvcore.defaults import (
     CAPTURE_WINDOW,
     DEFAULT_BITS,
     DEFAULT_CONTINUATION_TOKENS,
+    DEFAULT_EDGE_BITS,
+    DEFAULT_EDGE_LAYERS,
     DEFAULT_FP_RECENT,
     DEFAULT_GROUP_SIZE,
     DEFAULT_H2O_CAPTURE,
     DEFAULT_KERNEL,
+    DEFAULT_LAYER_BITS,
     DEFAULT_METHOD,
     DEFAULT_N_SINK,
     DEFAULT_PER_HEAD,
@@ -61,7 +66,6 @@ from kvcore.methods.selection import Ranking, budget_note, device_select, rank, 
 from kvcore.model import checks as model_checks
 from kvcore.model import loading, prompting
 from kvcore.quant import QuantScheme
-from kvcore.quant import available as available_schemes
 from kvcore.quant import get as get_scheme
 
 Progress = Callable[[int, int], None] | None
@@ -118,6 +122,11 @@ class CompressionConfig:
     #: are the fields above, given to every method that declares a parameter of that name. A dict is accepted.
     params: tuple[tuple[str, int | float], ...] = ()
     quant: str = DEFAULT_QUANT
+    #: Layer-adaptive widths: a width per layer (replacing that layer's packed key and value widths; a float side
+    #: stays float), or the first and last `edge_layers` layers at `edge_bits`; `layer_widths` resolves them.
+    layer_bits: tuple[int, ...] = DEFAULT_LAYER_BITS
+    edge_layers: int = DEFAULT_EDGE_LAYERS
+    edge_bits: int = DEFAULT_EDGE_BITS
 
     @property
     def scheme(self) -> QuantScheme:
@@ -144,6 +153,35 @@ class CompressionConfig:
     def widths(self) -> tuple[int, int]:
         """(key width, value width) as the caches take them, 16 for a float side."""
         return self.bits or UNQUANTIZED_BITS, self.packed_value_bits or UNQUANTIZED_BITS
+
+    def layer_widths(self, n_layers: int) -> list[tuple[int, int]]:
+        """(key width, value width) of each of `n_layers` layers, 16 for a float side; one-line ValueError when
+        `layer_bits` does not give one width per layer."""
+        kb, vb = self.widths
+        if self.layer_bits and len(self.layer_bits) != n_layers:
+            raise ValueError(
+                f"layer_bits gives {len(self.layer_bits)} widths, the model has {n_layers} layers: give one per layer"
+            )
+        own = list(self.layer_bits) or [
+            self.edge_bits if i < self.edge_layers or i >= n_layers - self.edge_layers else None
+            for i in range(n_layers)
+        ]
+        return [
+            (kb, vb)
+            if w is None
+            else (
+                UNQUANTIZED_BITS if kb == UNQUANTIZED_BITS else w,
+                UNQUANTIZED_BITS if vb == UNQUANTIZED_BITS else w,
+            )
+            for w in own
+        ]
+
+    @property
+    def bits_per_layer(self) -> str:
+        """The layer widths as the JSON says them: "" (every layer alike), "8,4,4,8", or "edges 2 at 8"."""
+        if self.layer_bits:
+            return ",".join(map(str, self.layer_bits))
+        return f"edges {self.edge_layers} at {self.edge_bits}" if self.edge_layers else ""
 
     def group_refusal(self, head_dim: int, value_dim: int | None = None) -> str | None:
         """Why `group_size` cannot pack this model's keys (head_dim wide) or values (value_dim, default
@@ -176,6 +214,7 @@ class CompressionConfig:
             ),
             "quant_scheme": self.quant,
             "execution": self._scheme.execution,
+            "bits_per_layer": self.bits_per_layer,
         }
 
     @property
@@ -188,15 +227,11 @@ class CompressionConfig:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.method not in available():
-            raise ValueError(f"unknown method {self.method!r}; available: {', '.join(available())}")
+            get_method(self.method)  # ValueError naming the problem and the fix; A+B chains are not listed
         if not isinstance(self.ratio, int | float) or not 0.0 < self.ratio <= 1.0:
             raise ValueError(f"ratio must be in (0, 1], got {self.ratio!r}")
-        if self.quant not in available_schemes():
-            raise ValueError(
-                f"unknown quantization scheme {self.quant!r}; available: {', '.join(available_schemes())}"
-            )
-        scheme_class = type(get_scheme(self.quant))
-        allowed_bits = scheme_class.allowed_bits
+        scheme = get_scheme(self.quant)  # one-line ValueError for an unknown name or parameter
+        allowed_bits = scheme.allowed_bits
         who = "" if self.quant == DEFAULT_QUANT else f"{self.quant}: "
         if self.bits is not None and self.bits not in allowed_bits:
             raise ValueError(
@@ -214,12 +249,19 @@ class CompressionConfig:
             raise ValueError(f"fp_recent must be a whole number of positions >= 0, got {fp!r}")
         if not self.quantized:
             object.__setattr__(self, "fp_recent", 0)  # nothing is packed, so nothing needs a float residual
-        groups = scheme_class.allowed_group_sizes
+        groups = scheme.allowed_group_sizes
         if len(groups) == 1:
             object.__setattr__(self, "group_size", groups[0])  # the format fixes it
         if self.group_size not in groups:
             raise ValueError(f"{who}group size must be one of {groups}, got {self.group_size!r}")
         object.__setattr__(self, "_scheme", get_scheme(self.quant, group_size=self.group_size))
+        # one spelling per setting: rotated:packing=1 is rotated:packing=mxfp4
+        object.__setattr__(self, "quant", self._scheme.spec)
+        self._check_layer_bits(allowed_bits, who)
+        if self._scheme.per_channel_keys and self.fp_recent:
+            raise ValueError(
+                f"{self.quant} keeps its own float residual ({self._scheme.name}:residual=R): leave fp_recent at 0"
+            )
         if self.window > CAPTURE_WINDOW:
             raise ValueError(f"window must be at most {CAPTURE_WINDOW}, got {self.window!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int | np.integer) or self.window < 1:
@@ -230,12 +272,30 @@ class CompressionConfig:
         for name in _BOUND:  # `--param window=32` and a dict from a file set the field
             if name in params:
                 object.__setattr__(self, name, params.pop(name))
+        # a list parameter (from a JSON session) as a tuple, so the config stays hashable
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
         object.__setattr__(self, "params", tuple(sorted(params.items())))
         method = get_method(self.method)
         bound = {
             name: getattr(self, name) for name in _BOUND if name in {p.name for p in method.parameters()}
         }
         object.__setattr__(self, "_method", method.with_values(**bound, **params))
+
+    def _check_layer_bits(self, allowed: tuple[int, ...], who: str) -> None:
+        """Widths the scheme packs, a whole number of edge layers, not both forms; nothing when nothing is packed."""
+        layer_bits = tuple(self.layer_bits)
+        object.__setattr__(self, "layer_bits", layer_bits)
+        for w in (*layer_bits, *((self.edge_bits,) if self.edge_layers else ())):
+            if isinstance(w, bool) or not isinstance(w, int | np.integer) or w not in allowed:
+                raise ValueError(f"{who}layer widths must be in {allowed}, got {w!r}")
+        k = self.edge_layers
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
+            raise ValueError(f"edge_layers must be a whole number of layers >= 0, got {k!r}")
+        if layer_bits and k:
+            raise ValueError("give layer_bits (a width per layer) or edge_layers with edge_bits, not both")
+        if not self.quantized:  # nothing is packed, so no layer has a width
+            object.__setattr__(self, "layer_bits", ())
+            object.__setattr__(self, "edge_layers", 0)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CompressionConfig:
@@ -246,8 +306,13 @@ class CompressionConfig:
         return cls(**known)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields, `params` as a dict (what `from_dict`, the controls and JSON files take)."""
-        return {**asdict(self), "params": dict(self.params)}
+        """The fields, `params` as a dict and `layer_bits` as a list (what `from_dict`, the controls and JSON files
+        take); the layer widths only when some layer has its own."""
+        d = {**asdict(self), "params": dict(self.params), "layer_bits": list(self.layer_bits)}
+        if not self.layer_bits and not self.edge_layers:  # every layer alike: the dict the controls emit
+            for name in ("layer_bits", "edge_layers", "edge_bits"):
+                del d[name]
+        return d
 
 
 @dataclass
@@ -340,6 +405,11 @@ class Session:
         """What the schedule compresses: the whole prefill ("paper") or the prefill before the last token."""
         capture = self._require_prefill()
         return capture if schedule == "paper" else capture.before_last
+
+    def observations(self, schedule: str = DEFAULT_SCHEDULE) -> list[Any]:
+        """The prefill's per-layer LayerObservation (None where not captured) that `schedule` compresses from:
+        decoding-time policies read its last queries and h2o's sums (kvcore.engine.decode_scoring)."""
+        return list(self._observed(schedule).observations)
 
     def n_compressible(self, schedule: str = DEFAULT_SCHEDULE) -> int:
         """Compressible prompt positions T: the whole prompt ("paper") or all but its last token ("mlx-lm")."""
@@ -545,23 +615,28 @@ class Session:
     def ranking(self, config: CompressionConfig) -> Ranking:
         """The method's scores and per-head priority order, computed once per (method, params)."""
         observed = self._observed(config.schedule)
-        key = (config.method_instance, config.schedule)
+        method = config.method_instance.at_ratio(config.ratio)
+        key = (method, config.schedule)
         if key not in self._rankings:
-            self._reconstruct(config.method_instance, config.schedule)
-            self._rankings[key] = rank(observed.observations, config.method_instance)
+            self._reconstruct(method, config.schedule)
+            self._rankings[key] = rank(observed.observations, method)
         return self._rankings[key]
 
     def _reconstruct(self, method: Method, schedule: str) -> None:
-        """Run the extra forward pass of a method scored by one (kvzip, or a wrapper over it), once per prefill,
+        """Run the extra forward pass of a method scored by one (kvzip, a wrapper or chain over it), once per prefill,
         schedule and parameters: its scores are cached in the observations, the cache stays the context's."""
-        while method is not None:
+        pending = [method]
+        while pending:
+            method = pending.pop()
             if method.needs_reconstruction:
                 ids = self.prompt_ids[: self.n_compressible(schedule)]
                 observed = self._observed(schedule)
                 self.forward_calls += method.reconstruct(
                     self.model, self.tokenizer, observed, ids, self.chat_template_applied
                 )
-            method = getattr(method, "inner", None)
+            pending += [
+                m for m in (getattr(method, "inner", None), *getattr(method, "stages", ())) if m is not None
+            ]
 
     def check_config(self, config: CompressionConfig) -> None:
         """Refuse a config this model cannot run, before any work (the CLI calls it before the prefill)."""
@@ -587,18 +662,14 @@ class Session:
         start = time.perf_counter()
         ranking = self.ranking(config)
         selection = select(ranking, config.ratio, per_head=config.per_head)
-        source = (
-            self._quantized_dense(*config.widths, config.group_size, config.schedule, config.quant)
-            if config.quantized
-            else observed.cache
-        )
-        if config.quantized and config.fp_recent:
-            T = self.n_compressible(config.schedule)
-            cache = split_select(observed.cache, source, selection, T, config.n_sink, config.fp_recent)
+        if config.quantized and config.scheme.per_channel_keys:  # KIVI: key groups run along the kept rows
+            kept_rows = caches.select_positions(observed.cache, selection, validate=False)
+            cache = _by_width(
+                kept_rows, config.layer_widths(len(kept_rows)), partial(kivi_cache, scheme=config.scheme)
+            )
         else:
-            on_device = device_select(ranking, selection) if selects_on_device() else None
-            cache = caches.select_positions(source, selection, validate=False, device_indices=on_device)
-            cache = config.method_instance.store(cache, self.model, observed.observations)
+            cache = self._select_and_pack(config, ranking, selection)
+        cache = config.method_instance.store(cache, self.model, observed.observations)
         recompress_ms = (time.perf_counter() - start) * 1e3
         kept = self._kept_mask(selection, self.n_compressible(config.schedule), observed.cache)
         fixed = {
@@ -624,6 +695,25 @@ class Session:
         state.stats_rows = self._stats_rows(state)
         return state
 
+    def _select_and_pack(
+        self, config: CompressionConfig, ranking: Ranking, selection: list[Any]
+    ) -> list[Any]:
+        """The kept rows of the prefilled cache, gathered from its packed copy when quantized (rows packed each on
+        their own), with the float residual when `fp_recent` asks for one."""
+        observed = self._observed(config.schedule)
+        source = (
+            self._quantized_dense(
+                config.layer_widths(len(observed.cache)), config.group_size, config.schedule, config.quant
+            )
+            if config.quantized
+            else observed.cache
+        )
+        if config.quantized and config.fp_recent:
+            T = self.n_compressible(config.schedule)
+            return split_select(observed.cache, source, selection, T, config.n_sink, config.fp_recent)
+        on_device = device_select(ranking, selection) if selects_on_device() else None
+        return caches.select_positions(source, selection, validate=False, device_indices=on_device)
+
     def _latent_note(self, ranking: Ranking) -> str | None:
         """Why a per-head budget rule (adakv) keeps its scorer's top positions on a latent (MLA) model."""
         if not self.info.latent_rope_dim or not ranking.method.spreads_over_heads:
@@ -634,23 +724,22 @@ class Session:
         )
 
     def _quantized_dense(
-        self, bits: int, value_bits: int, group_size: int, schedule: str, quant: str = DEFAULT_QUANT
+        self, widths: list[tuple[int, int]], group_size: int, schedule: str, quant: str = DEFAULT_QUANT
     ) -> list[Any]:
-        """The whole prefilled cache packed by `quant` at (key bits, value bits, group_size), kept for the last one
-        asked for.
+        """The whole prefilled cache packed by `quant` at each layer's (key bits, value bits) and group_size, kept for
+        the last one asked for.
 
         mx.quantize packs each row on its own, so gathering packed rows equals packing gathered rows, bit for bit;
         packing once per bit width turns every later ratio move into a gather of packed rows, which is ~3x
         cheaper on a CPU than quantizing the kept rows again (BENCHMARKS.md, recompress). Memory: one packed
         copy (~0.28x the bf16 cache at 4 bits).
         """
-        key = (bits, value_bits, group_size, schedule, quant)
+        key = (tuple(widths), group_size, schedule, quant)
         if self._packed is None or self._packed[0] != key:
             self._packed = None
             source = self._observed(schedule).cache
-            packed = caches.quantize_cache(
-                source, bits=bits, group_size=group_size, value_bits=value_bits, quant=quant
-            )
+            pack = partial(caches.quantize_cache, group_size=group_size, quant=quant)
+            packed = _by_width(source, widths, pack)
             self._packed = (key, packed)
         return self._packed[1]
 
@@ -683,6 +772,8 @@ class Session:
         for dense, comp in zip(observed.cache, state.cache, strict=True):
             if isinstance(comp, ResidualKVCache):  # the float residual's rows are exact: error 0
                 stores = [(comp.body, True), (comp.residual, False)]
+            elif isinstance(comp, KiviKVCache):  # the body read back as float rows, the residual exact
+                stores = [(comp.body_view(), True), (comp.residual, False)]
             elif isinstance(comp, caches.SparseQuantizedKVCache):
                 stores = [(comp, True)]
             else:
@@ -714,6 +805,7 @@ class Session:
         n_heads = state.kept.shape[1]
         setting = {("retention_ratio" if k == "ratio" else k): v for k, v in cfg.describe().items()}
         baseline = caches.element_type(observed.cache)
+        widths = cfg.layer_widths(len(state.cache))
         for layer, (dense, comp) in enumerate(zip(observed.cache, state.cache, strict=True)):
             dense_head = caches.cache_tensor_bytes([dense]) // n_heads
             comp_head = caches.cache_tensor_bytes([comp]) // n_heads
@@ -729,6 +821,7 @@ class Session:
                     {
                         **setting,
                         "group_size": cfg.group_size if cfg.quantized else "",
+                        "bits_per_layer": "/".join(map(str, widths[layer])) if cfg.quantized else "",
                         "layer": layer,
                         "kv_head": h,
                         "compressible": layer not in state.not_compressible,
@@ -817,21 +910,19 @@ class Session:
         return self._greedy(branch, self.prompt_ids[-1], n, should_cancel)
 
     def answer(
-        self, state: CompressedState, question: Question, n: int, should_cancel: CancelCheck = None
+        self,
+        state: CompressedState,
+        question: Question,
+        n: int,
+        suffix: str = "",
+        should_cancel: CancelCheck = None,
     ) -> Answer:
         """Query-agnostic: `question` appended to copies of the dense and the compressed cache of the prefilled
-        context (neither changes), each answered greedily for n tokens (kvcore.engine.questions); `Cancelled`
-        between decode steps when `should_cancel()` says so."""
-        self._check_thread()
-        self._require_prefill()
-        if n < 1:
-            raise ValueError(f"tokens to generate must be at least 1, got {n}")
-        ids = self.tokenizer.encode(question.text, add_special_tokens=False)
-        if not ids:
-            raise ValueError(f"question {question.text!r} is empty: give it some text")
+        context (neither changes), each answered greedily for n tokens (kvcore.engine.questions). `suffix` follows
+        the question's text (the chat template's end of the user message, kvcore.model.prompting.split_chat);
+        `Cancelled` between decode steps when `should_cancel()` says so."""
         schedule = state.config.schedule
-        # Under mlx-lm the caches stop one token short of the context: its last token goes in with the question.
-        feed = [*([] if schedule == "paper" else [self.prompt_ids[-1]]), *ids]
+        feed = self._question_feed(question.text + suffix, question.text, n, schedule)
         dense_cache = self._observed(schedule).cache
         dense_tokens = self._answer_tokens(dense_cache, feed, n, should_cancel)
         comp_tokens = self._answer_tokens(state.cache, feed, n, should_cancel)
@@ -841,6 +932,32 @@ class Session:
         scores = metrics.teacher_forced(dense_logits, comp_logits, np.array(dense_tokens, np.int64))
         decode = self.tokenizer.decode
         return Answer(question, decode(dense_tokens), decode(comp_tokens), dense_tokens, comp_tokens, scores)
+
+    def answer_tokens(self, state: CompressedState | None, text: str, n: int, schedule: str) -> list[int]:
+        """The greedy answer alone (no metrics): `text` appended to a copy of the compressed cache, or of the dense
+        one when `state` is None; what a benchmark that only scores answers needs (kvcore.probes.ruler)."""
+        feed = self._question_feed(text, text, n, schedule)
+        cache = self._observed(schedule).cache if state is None else state.cache
+        return self._answer_tokens(cache, feed, n)
+
+    def _question_feed(self, text: str, shown: str, n: int, schedule: str) -> list[int]:
+        """The tokens a question feeds after the context; ValueError when empty or beyond the model's context."""
+        self._check_thread()
+        self._require_prefill()
+        if n < 1:
+            raise ValueError(f"tokens to generate must be at least 1, got {n}")
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if not ids or not shown.strip():
+            raise ValueError(f"question {shown!r} is empty: give it some text")
+        ctx = self.info.max_context
+        total = len(self.prompt_ids) + len(ids) + n
+        if ctx is not None and total > ctx:
+            raise ValueError(
+                f"context ({len(self.prompt_ids)} tokens), question ({len(ids)}) and answer ({n}) need {total} "
+                f"positions, but the model's context is {ctx} (max_position_embeddings): shorten the context"
+            )
+        # Under mlx-lm the caches stop one token short of the context: its last token goes in with the question.
+        return [*([] if schedule == "paper" else [self.prompt_ids[-1]]), *ids]
 
     def _answer_tokens(
         self, cache: list[Any], feed: Sequence[int], n: int, should_cancel: CancelCheck = None
@@ -909,4 +1026,19 @@ def _positions_matrix(layer: Any, n_prompt: int) -> np.ndarray:
         p = np.asarray(p)
         p = p[p < n_prompt]
         out[h, : p.size] = p
+    return out
+
+
+def _by_width(
+    cache: Sequence[Any], widths: Sequence[tuple[int, int]], pack: Callable[..., list[Any]]
+) -> list[Any]:
+    """Each layer packed by `pack(layers, bits=, value_bits=)` at its own (key, value) widths: one call per distinct
+    pair, the other layers given as None (which every packer passes through)."""
+    out: list[Any] = list(cache)
+    for kb, vb in dict.fromkeys(widths):
+        chosen = [c if w == (kb, vb) else None for c, w in zip(cache, widths, strict=True)]
+        packed = pack(chosen, bits=kb, value_bits=vb)
+        for i, w in enumerate(widths):
+            if w == (kb, vb):
+                out[i] = packed[i]
     return out

@@ -29,6 +29,7 @@ STATS_COLUMNS: tuple[str, ...] = (
     "method_params",  # the method's other declared parameters, NAME=VALUE;… (pyramidkv beta, adakv alpha, …)
     "quant_scheme",  # the scheme that packs K and V (kvcore.quant): affine, mxfp4, nvfp4, mxfp8, …
     "execution",  # "genuine": attention ran on the packed form; "simulated": on a dequantized copy
+    "bits_per_layer",  # this row's layer's widths, key/value ("8/8" at an edge layer, "4/4" inside; empty: unpacked)
     "layer",
     "kv_head",
     "compressible",  # False for a layer stored whole (sliding window, SSM state): its bytes are the same in both
@@ -55,6 +56,7 @@ ADDED_COLUMNS: dict[str, str] = {
     "method_params": "",
     "quant_scheme": "affine",  # the only scheme then
     "execution": "genuine",  # affine attention always ran on the packed form
+    "bits_per_layer": "",  # every layer at the configuration's widths then
     "baseline_dtype": "",  # not recorded then
 }
 

@@ -73,3 +73,8 @@ class AdaKV(Method):
 
     def always_kept(self, n_tokens: int) -> np.ndarray:
         return self.inner.always_kept(n_tokens)
+
+    def at_ratio(self, ratio: float) -> Method:
+        """kvpress's AdaKVPress hands its compression ratio to the press it wraps (compactor's blending)."""
+        inner = self.inner.at_ratio(ratio)
+        return self if inner is self.inner else dataclasses.replace(self, inner=inner)

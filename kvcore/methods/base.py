@@ -44,9 +44,17 @@ class Method:
     #: A wrapper takes another method (`inner`) and is named WRAPPER-INNER (adakv-h2o); bare, it wraps `default_inner`.
     wraps: ClassVar[bool] = False
     default_inner: ClassVar[str] = ""
+    #: The scores read only the keys and values given (knorm, keydiff, lagkv): a wrapper may score any subset of
+    #: positions (chunk, block, composed), as kvpress does. Query-based scorers saw only the prompt's last queries.
+    scores_from_cache: ClassVar[bool] = False
+    #: The method picks its kept positions itself per ratio (`choose`), not as the top n of its ranking.
+    chooses: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         for p in self.own_parameters():
+            value = getattr(self, p.name)
+            if p.kind is tuple and isinstance(value, list):  # from a JSON session or CSV: hashable again
+                object.__setattr__(self, p.name, tuple(value))
             p.check(self.name, getattr(self, p.name))
 
     @classmethod
@@ -79,6 +87,18 @@ class Method:
         """The name `kvcore.methods.get` takes for this method."""
         return self.name
 
+    @classmethod
+    def refusal(cls, inner: type[Method]) -> str | None:
+        """Why this wrapper cannot wrap methods of class `inner` (one line naming the fix), or None when it can."""
+        if inner.wraps or inner.keeps_everything or inner.shared_across_heads or inner.chooses:
+            return f"{cls.name} needs a per-head scorer, got {inner.name!r}: wrap snapkv, knorm, h2o..."
+        if inner.budget == "global":
+            return (
+                f"{cls.name} cannot wrap {inner.name!r}: it evicts across layers and heads; "
+                f"use {inner.name} alone, or think-{inner.name} / merging-{inner.name}"
+            )
+        return None
+
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:
         """Scores [H_kv, T], float32, higher = more worth keeping."""
         raise NotImplementedError
@@ -89,13 +109,45 @@ class Method:
         return 0
 
     def store(self, cache: list[Any], model: Any, observations: Any = ()) -> list[Any]:
-        """The compressed cache as this method stores it (think narrows the kept keys); by default the kept rows as
-        they were. `observations`: the schedule's, per layer."""
+        """The compressed cache as this method stores it (key_rerotation re-rotates the kept keys, think narrows
+        them, merging folds evicted values in); by default the kept rows as they were. `observations`: the
+        schedule's, per layer."""
         return cache
 
     def always_kept(self, n_tokens: int) -> np.ndarray:
         """Positions ranked above every scored one, highest priority first (kept as far as the budget allows)."""
         return np.zeros(0, np.int64)
+
+    def at_ratio(self, ratio: float) -> Method:
+        """The method as it scores when keeping `ratio` of the prompt: itself, but for a method whose default
+        follows kvpress's compression ratio 1 − r (compactor's blending)."""
+        return self
+
+    def auxiliary(self, obs: LayerObservation, layer: int) -> mx.array | None:
+        """A second per-layer array `choose` reads (criticalkv's ‖W_o·v‖₁), computed once with the scores."""
+        return None
+
+    def counts(self, n_tokens: int, ratio: float, n_layers: int) -> list[int] | None:
+        """Per-layer budgets when the method sets its own (per_layer_compression); None: the shared rules."""
+        return None
+
+    def choose(self, pick: Pick) -> np.ndarray | list[np.ndarray]:
+        """Kept positions of one layer (`chooses` methods): [H_kv, n] or [n] sorted, or H_kv ragged arrays."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Pick:
+    """What a `chooses` method picks one layer's kept positions from."""
+
+    obs: LayerObservation
+    scores: np.ndarray  # [H_kv, T] the method's scores
+    order: np.ndarray  # [H_kv, T] positions by priority (always-kept first)
+    auxiliary: np.ndarray | None
+    n: int  # the layer's budget per kv-head
+    ratio: float
+    layer: int
+    score_range: tuple[float, float]  # lowest and highest score over every ranked layer
 
 
 def window_param() -> Any:

@@ -21,6 +21,7 @@ _EPS_NORMALIZE, _EPS_COSINE = 1e-12, 1e-8
 class KeyDiff(Method):
     name = "keydiff"
     description = "Keys least similar (cosine) to the mean normalised key: distinctive keys are kept"
+    scores_from_cache = True
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:
         keys = obs.keys.astype(mx.float32)  # [H_kv, T, D]

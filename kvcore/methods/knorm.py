@@ -14,6 +14,7 @@ from kvcore.methods.base import Method
 class KNorm(Method):
     name = "knorm"
     description = "Keys with a low L2 norm draw high attention: keep the smallest keys"
+    scores_from_cache = True
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:
         keys = obs.keys.astype(mx.float32)

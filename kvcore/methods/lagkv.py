@@ -35,6 +35,7 @@ class LagKV(Method):
     description = (
         "Each partition of the prompt scored by its K/V spread against the next partition (lag-relative)"
     )
+    scores_from_cache = True
 
     n_sink: int = n_sink_param()
     lag_size: int = param(128, "partition length: each partition is scored against the next one", minimum=1)

@@ -19,7 +19,7 @@ import numpy as np
 from kvcore.capture.prefill import LayerObservation
 from kvcore.defaults import ADAKV_ALPHA
 from kvcore.methods import budgets, get
-from kvcore.methods.base import Method
+from kvcore.methods.base import Method, Pick
 
 LayerSelection = np.ndarray | list[np.ndarray] | None
 
@@ -30,6 +30,7 @@ class LayerRanking:
     order: np.ndarray  # [H_kv, T] int32: positions by priority, per kv-head
     shared_order: np.ndarray  # [T] int32: priority of the mean score over heads (shared mode)
     n_always: int  # how many leading entries of each order are always-kept positions
+    auxiliary: np.ndarray | None = None  # Method.auxiliary's array (criticalkv's ‖W_o·v‖₁), or None
     _flat_order: np.ndarray | None = field(default=None, repr=False)
 
     def flat_order(self) -> np.ndarray:
@@ -48,6 +49,8 @@ class Ranking:
     n_tokens: int
     layers: list[LayerRanking | None]
     seconds: float  # scoring + ranking time
+    #: the observations scored, for methods that pick positions per ratio (`Method.chooses`)
+    observations: Sequence[LayerObservation | None] = field(default=(), repr=False)
     _device_stack: tuple[mx.array, mx.array, dict[int, int]] | None = field(default=None, repr=False)
 
     def device_stack(self) -> tuple[mx.array, mx.array, dict[int, int]] | None:
@@ -87,11 +90,12 @@ def rank(
     if method.needs_h2o and any(o is not None and o.h2o_sums is None for o in observations):
         raise ValueError(f"{method.name} needs h2o sums: prefill with capture h2o=True")
     lazy = [None if o is None else method.scores(o, i) for i, o in enumerate(observations)]
-    mx.eval([s for s in lazy if s is not None])
+    extra = [None if o is None else method.auxiliary(o, i) for i, o in enumerate(observations)]
+    mx.eval([s for s in lazy + extra if s is not None])
     n_tokens = next((o.n_tokens for o in observations if o is not None), 0)
     always = np.asarray(method.always_kept(n_tokens), np.int64)
     layers: list[LayerRanking | None] = []
-    for s in lazy:
+    for s, aux in zip(lazy, extra, strict=True):
         if s is None:
             layers.append(None)
             continue
@@ -100,8 +104,9 @@ def rank(
         order = _priority_order(scores, always) if not method.shared_across_heads else None
         if order is None:
             order = np.broadcast_to(shared, scores.shape)
-        layers.append(LayerRanking(scores, order, shared, int(always.size)))
-    return Ranking(method, n_tokens, layers, time.perf_counter() - start)
+        auxiliary = None if aux is None else np.array(aux, dtype=np.float32)
+        layers.append(LayerRanking(scores, order, shared, int(always.size), auxiliary))
+    return Ranking(method, n_tokens, layers, time.perf_counter() - start, list(observations))
 
 
 def layer_budgets(ranking: Ranking, ratio: float) -> list[int]:
@@ -112,6 +117,9 @@ def layer_budgets(ranking: Ranking, ratio: float) -> list[int]:
         return [n_tokens] * n_layers
     if ranking.method.budget == "pyramidkv":
         return _pyramid(ranking, ratio).counts
+    own = ranking.method.counts(n_tokens, ratio, n_layers)
+    if own is not None:
+        return own
     return budgets.uniform(n_tokens, ratio, n_layers)
 
 
@@ -147,10 +155,20 @@ def select(
     adakv = adakv or method.spreads_over_heads
     if adakv and (not per_head or method.shared_across_heads or method.keeps_everything):
         raise ValueError(f"adakv needs per-head selection with a per-head scorer, got {method.name!r} shared")
+    if method.chooses and not per_head and not method.shared_across_heads:
+        raise ValueError(f"{method.label} picks positions per kv-head: select per head (per_head=True)")
+    ranked = [r.scores for r in ranking.layers if r is not None]
+    bounds = (
+        (min(float(s.min()) for s in ranked), max(float(s.max()) for s in ranked)) if ranked else (0.0, 0.0)
+    )
     out: list[LayerSelection] = []
-    for layer, n in zip(ranking.layers, layer_budgets(ranking, ratio), strict=True):
+    for i, (layer, n) in enumerate(zip(ranking.layers, layer_budgets(ranking, ratio), strict=True)):
         if layer is None:
             out.append(None)
+        elif method.chooses:
+            obs = ranking.observations[i]
+            pick = Pick(obs, layer.scores, layer.order, layer.auxiliary, n, ratio, i, bounds)
+            out.append(method.choose(pick))
         elif method.keeps_everything:
             out.append(np.arange(ranking.n_tokens, dtype=np.int32))
         elif not per_head or method.shared_across_heads:
@@ -212,9 +230,10 @@ def device_select(ranking: Ranking, selection: Sequence[LayerSelection]) -> list
     move sends no indices: each layer's kept rows are the sorted first counts of its order, as select() takes them.
 
     Ragged layers come padded with 0 past each head's count, as `kvcore.cache.index_checks.host_indices` pads them.
-    None when the layers' orders differ in shape (no stack): the caller sends the host's indices instead.
+    None when the layers' orders differ in shape (no stack) or the method picks its own positions (`chooses`):
+    the caller sends the host's indices instead.
     """
-    found = ranking.device_stack()
+    found = None if ranking.method.chooses else ranking.device_stack()
     if found is None:
         return None
     order, shared, row = found

@@ -72,12 +72,17 @@ class ThinK(Method):
     )
 
     def __post_init__(self) -> None:
-        inner = self.inner
-        if inner.wraps or inner.keeps_everything or inner.shared_across_heads:
-            raise ValueError(
-                f"think needs a per-head scorer, got {inner.label!r}: use think-snapkv, think-knorm…"
-            )
+        why = type(self).refusal(type(self.inner))
+        if why is not None:
+            raise ValueError(why)
         super().__post_init__()
+
+    @classmethod
+    def refusal(cls, inner: type[Method]) -> str | None:
+        """A per-head scorer, kvzip's global eviction included: only what is stored changes."""
+        if inner.wraps or inner.keeps_everything or inner.shared_across_heads or inner.chooses:
+            return f"{cls.name} needs a per-head scorer, got {inner.name!r}: use {cls.name}-snapkv, {cls.name}-knorm…"
+        return None
 
     @property
     def label(self) -> str:

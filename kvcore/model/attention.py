@@ -78,14 +78,27 @@ def sdpa(
         cache, "mode", "affine"
     )  # the cache's quantization scheme (kvcore.quant), as mx.quantize names it
     rotation = rotation_of(getattr(cache, "scheme", None))
-    split = value_bits is not None and (value_bits != cache.bits or mode != "affine" or rotation is not None)
+    simulated = simulated_of(getattr(cache, "scheme", None))
+    split = value_bits is not None and (
+        value_bits != cache.bits or mode != "affine" or rotation is not None or simulated is not None
+    )
     if (attend is not None or split) and sinks is not None:
         raise ValueError("Quantized SDPA does not support attention sinks.")
     if attend is not None:
         return attend(queries, keys, values, scale)
     if split:
         return split_quantized_sdpa(
-            queries, keys, values, scale, mask, cache.group_size, cache.bits, value_bits, mode, rotation
+            queries,
+            keys,
+            values,
+            scale,
+            mask,
+            cache.group_size,
+            cache.bits,
+            value_bits,
+            mode,
+            rotation,
+            simulated,
         )
     return mlx_base.scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks)
 
@@ -101,6 +114,7 @@ def split_quantized_sdpa(
     value_bits: int,
     mode: str = "affine",
     rotation: Any = None,
+    simulated: Any = None,
 ) -> mx.array:
     """mlx-lm's quantized attention with keys and values packed at different widths (it takes one `bits`) or by a
     scheme other than affine (it takes no `mode`): attention runs on the packed form either way (genuine).
@@ -108,7 +122,7 @@ def split_quantized_sdpa(
     Same steps as `mlx_lm.models.base.quantized_scaled_dot_product_attention`: scores from the packed keys,
     the mask (string "causal" aligned bottom-right, bool or additive, per kv-head), a precise softmax, then the
     weighted sum of the packed values; only the two `bits`, the `mode` and a scheme's `rotation` differ. A side of width 16 (UNQUANTIZED_BITS) is one
-    float array and goes through a plain matmul.
+    float array and goes through a plain matmul. A `simulated` scheme's sides are dequantized and attended as floats.
     """
     B, n_q_heads, L, D = queries.shape
     n_kv_heads = q_keys[0].shape[-3]
@@ -118,7 +132,7 @@ def split_quantized_sdpa(
         queries = mx.reshape(queries, (B, n_kv_heads, n_repeats, L, D))
         q_keys = tuple(mx.expand_dims(x, axis=-3) for x in q_keys)
         q_values = tuple(mx.expand_dims(x, axis=-3) for x in q_values)
-    scores = quantized_or_float_matmul(queries, q_keys, True, group_size, key_bits, mode, rotation)
+    scores = quantized_or_float_matmul(queries, q_keys, True, group_size, key_bits, mode, rotation, simulated)
     if mask is not None:
         if isinstance(mask, str):
             q_len, k_len = scores.shape[-2:]
@@ -130,7 +144,9 @@ def split_quantized_sdpa(
         else:
             scores = scores + mask
     scores = mx.softmax(scores, axis=-1, precise=True)
-    out = quantized_or_float_matmul(scores, q_values, False, group_size, value_bits, mode, rotation)
+    out = quantized_or_float_matmul(
+        scores, q_values, False, group_size, value_bits, mode, rotation, simulated
+    )
     if n_repeats > 1:
         out = mx.reshape(out, (B, n_q_heads, L, D))
     return out
@@ -144,14 +160,17 @@ def quantized_or_float_matmul(
     bits: int,
     mode: str = "affine",
     rotation: Any = None,
+    simulated: Any = None,
 ) -> mx.array:
     """x @ stored side (transposed for keys): packed parts (codes, scales and, for affine, biases) through
     quantized_matmul in the scheme's `mode`, a float array as it is.
 
     `rotation` (a scheme that packs rows as x·R, `rotation_of`): packed keys are met by rotated queries and the
-    product with packed values is rotated back, so the result is the unrotated one (R orthogonal)."""
-    if bits == UNQUANTIZED_BITS:
-        w = parts[0]
+    product with packed values is rotated back, so the result is the unrotated one (R orthogonal).
+    `simulated` (a scheme without a packed-form product, `simulated_of`): the parts are dequantized by the scheme
+    and multiplied as floats ("execution = simulated")."""
+    if bits == UNQUANTIZED_BITS or simulated is not None:
+        w = parts[0] if bits == UNQUANTIZED_BITS else simulated.unpack(tuple(parts), bits).astype(x.dtype)
         return x @ (mx.swapaxes(w, -1, -2) if transpose else w)
     if rotation is not None and transpose:
         x = rotation.rotate(x)
@@ -162,6 +181,11 @@ def quantized_or_float_matmul(
 def rotation_of(scheme: Any) -> Any:
     """The scheme itself when it rotates rows before packing (kvcore.quant.rotated), else None."""
     return scheme if hasattr(scheme, "rotate") and hasattr(scheme, "unrotate") else None
+
+
+def simulated_of(scheme: Any) -> Any:
+    """The scheme itself when attention cannot run on its packed form (`genuine` False), else None."""
+    return scheme if scheme is not None and not getattr(scheme, "genuine", True) else None
 
 
 def _attention_modules(model: nn.Module) -> list[Any]:

@@ -55,3 +55,18 @@ def encode_prompt(
     if not use:
         return list(tokenizer.encode(text)), False
     return list(tokenizer.encode(render_chat(tokenizer, text, system_prompt), add_special_tokens=False)), True
+
+
+#: Marks where the context ends inside a rendered chat message; no template writes it.
+_QUESTION_MARK = "\x00kvlens-question\x00"
+
+
+def split_chat(tokenizer: Any, context: str, system_prompt: str | None = None) -> tuple[str, str]:
+    """(head, tail) of the chat template around one user message whose text is the context followed by a question:
+    head + question + tail renders that message as `mlx_lm.generate` would, so the context (head) is prefilled and
+    compressed alone and each question is fed as question + tail (kvpress's pipeline splits it the same way)."""
+    rendered = render_chat(tokenizer, context + _QUESTION_MARK, system_prompt)
+    head, mark, tail = rendered.partition(_QUESTION_MARK)
+    if not mark:
+        raise ValueError("the chat template rewrote the message text: run with --no-chat-template")
+    return head, tail

@@ -119,6 +119,38 @@ def config_rows(
     return rows
 
 
+def question_rows(
+    session: Any, probe: Probe, feed: str, configs: Sequence[Any | None], schedule: str
+) -> list[dict[str, Any]]:
+    """Query-agnostic: `feed` (the question, and the chat template's tail) appended to copies of the prefilled
+    context's caches, dense for None, else compressed by the configuration; one row each, recall on the answer."""
+    rows = []
+    for cfg in configs:
+        state = None if cfg is None else session.compress(cfg)
+        sched = schedule if cfg is None else cfg.schedule
+        text = session.tokenizer.decode(session.answer_tokens(state, feed, probe.max_new_tokens, sched))
+        if state is None:
+            rows.append({**dense_row(session, probe), "recalled": recalls(probe, text), "continuation": text})
+            continue
+        rows.append(
+            _row(
+                probe,
+                len(session.prompt_ids),
+                text,
+                method=cfg.method,
+                schedule=cfg.schedule,
+                retention_ratio=cfg.ratio,
+                key_bits=cfg.widths[0],
+                value_bits=cfg.widths[1],
+                fp_recent=cfg.fp_recent,
+                group_size=cfg.group_size,
+                per_head=cfg.per_head,
+                compression_ratio=state.bytes_compressed / state.bytes_dense if state.bytes_dense else 1.0,
+            )
+        )
+    return rows
+
+
 def recall_table(rows: Sequence[dict[str, Any]]) -> dict[tuple, float]:
     """Recall per (method, schedule, retention_ratio, key_bits, value_bits, fp_recent): the share of probes recalled."""
     groups: dict[tuple, list[bool]] = {}

@@ -33,6 +33,8 @@ class QuantScheme:
     mode: ClassVar[str] = "affine"
     #: Stored parts of a packed side: codes and scales, and a bias per group where the scheme has one (affine).
     has_biases: ClassVar[bool] = False
+    #: Keys packed per channel, in groups along tokens (KIVI): the cache is `kvcore.cache.kivi.KiviKVCache`.
+    per_channel_keys: ClassVar[bool] = False
 
     group_size: int = param(DEFAULT_GROUP_SIZE, "elements of head_dim sharing one scale")
 
@@ -55,10 +57,33 @@ class QuantScheme:
         """Each parameter's current value by name."""
         return {p.name: getattr(self, p.name) for p in self.parameters()}
 
+    #: Stored parts are not mx.quantize's: a file's arrays are checked by the scheme's `layout_refusal`.
+    own_layout: ClassVar[bool] = False
+
+    @property
+    def spec(self) -> str:
+        """The name with every parameter not at its default but group_size (which the caches carry on their own):
+        "affine", "rotated:packing=mxfp4" — what `kvcore.quant.get` rebuilds this scheme from."""
+        changed = [
+            f"{p.name}={p.choices[v] if p.choices else v}"
+            for p in self.parameters()
+            if p.name != "group_size" and (v := getattr(self, p.name)) != p.default
+        ]
+        return f"{self.name}:{','.join(changed)}" if changed else self.name
+
     @property
     def n_parts(self) -> int:
         """How many arrays a packed side stores: codes, scales (, biases)."""
         return 3 if self.has_biases else 2
+
+    @property
+    def n_value_parts(self) -> int:
+        """How many arrays packed values store: as keys unless the scheme packs them otherwise (qjl)."""
+        return self.n_parts
+
+    def layout_refusal(self, parts: tuple[mx.array, ...], bits: int, values: bool = False) -> str | None:
+        """Why parts read from a file are not this scheme's at `bits`, or None (for an `own_layout` scheme)."""
+        return None
 
     @property
     def packer(self) -> str:
@@ -91,6 +116,10 @@ class QuantScheme:
     def pack(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
         """The stored parts of rows `x` [..., head_dim]: codes, then scales (and biases where the scheme has them)."""
         return tuple(mx.quantize(x, group_size=self.group_size, bits=bits, mode=self.mode))
+
+    def pack_values(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
+        """The stored parts of value rows: as keys' unless the scheme packs the two sides differently (qjl)."""
+        return self.pack(x, bits)
 
     def unpack(self, parts: tuple[mx.array, ...], bits: int) -> mx.array:
         """The float rows the stored parts hold (MLX's MX modes give bfloat16, which holds their values exactly)."""

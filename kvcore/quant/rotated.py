@@ -1,9 +1,10 @@
-"""Rotated: a seeded randomized Hadamard rotation of head_dim, then affine packing (QuaRot, Ashkboos et al. 2024;
-RotateKV, Su et al. 2025).
+"""Rotated: a seeded randomized Hadamard rotation of head_dim, then any of MLX's packings — affine, mxfp4, nvfp4,
+mxfp8, chosen by `packing` (QuaRot, Ashkboos et al. 2024; RotateKV, Su et al. 2025).
 
 Keys carry a few outlier channels that set every group's scale; an orthogonal rotation R = diag(signs)·H/√d spreads
 them over all channels before mx.quantize's affine groups, so 4-bit codes lose less. Rows are stored as x·R; R is
-regenerated from `seed` (random signs) and mx.hadamard_transform, so it costs no stored bytes. Attention stays
+regenerated from `seed` (random signs) and mx.hadamard_transform, so it costs no stored bytes. The inner packing
+sets the widths and group sizes allowed (`rotated:packing=mxfp4` packs 4 bits in groups of 32). Attention stays
 genuine: q·(k·R)ᵀ = (q·R)·(k·R)ᵀ = q·kᵀ, so queries are rotated before the packed key product, and
 w·(v·R)·Rᵀ = w·v, so the packed value product is rotated back (`kvcore.model.attention.quantized_or_float_matmul`).
 """
@@ -18,8 +19,15 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.declared import param
-from kvcore.defaults import ALLOWED_BITS, ALLOWED_GROUP_SIZES, DEFAULT_GROUP_SIZE
+from kvcore.defaults import DEFAULT_GROUP_SIZE
+from kvcore.quant.affine import Affine
 from kvcore.quant.base import QuantScheme
+from kvcore.quant.mxfp4 import Mxfp4
+from kvcore.quant.mxfp8 import Mxfp8
+from kvcore.quant.nvfp4 import Nvfp4
+
+#: The inner packings by `packing` code: MLX's own formats, each genuine under the rotation.
+PACKINGS: tuple[type[QuantScheme], ...] = (Affine, Mxfp4, Nvfp4, Mxfp8)
 
 #: Odd factors m of the sizes m·2^k that mx.hadamard_transform takes (it aborts the process on others).
 HADAMARD_FACTORS: tuple[int, ...] = (1, 12, 20, 28)
@@ -54,17 +62,53 @@ def rotation_matrix(head_dim: int, seed: int) -> mx.array:
 class Rotated(QuantScheme):
     name: ClassVar[str] = "rotated"
     description: ClassVar[str] = (
-        "seeded randomized Hadamard rotation of head_dim, then affine (QuaRot/RotateKV)"
+        "seeded randomized Hadamard rotation of head_dim, then affine, mxfp4, nvfp4 or mxfp8 — QuaRot, Ashkboos et "
+        "al. 2024, arXiv 2404.00456; RotateKV, Su et al. 2025, arXiv 2501.16383"
     )
-    allowed_bits: ClassVar[tuple[int, ...]] = ALLOWED_BITS
-    allowed_group_sizes: ClassVar[tuple[int, ...]] = ALLOWED_GROUP_SIZES
-    mode: ClassVar[str] = "affine"
-    has_biases: ClassVar[bool] = True
-
     group_size: int = param(
-        DEFAULT_GROUP_SIZE, "elements of rotated head_dim sharing one scale and bias", minimum=32, maximum=128
+        DEFAULT_GROUP_SIZE, "elements of rotated head_dim sharing one scale", minimum=16, maximum=128
     )
     seed: int = param(0, "seed of the rotation's random signs (regenerates it: no stored bytes)", minimum=0)
+    packing: int = param(
+        0,
+        "how the rotated rows are packed: 0 affine, 1 mxfp4, 2 nvfp4, 3 mxfp8",
+        choices=tuple(p.name for p in PACKINGS),
+    )
+
+    def __post_init__(self) -> None:
+        """The packing checked first; a format with one group size (mxfp4 32, nvfp4 16) fixes `group_size`."""
+        for p in self.parameters():
+            if p.name == "packing":
+                p.check(self.name, self.packing)
+        groups = PACKINGS[self.packing].allowed_group_sizes
+        if len(groups) == 1:
+            object.__setattr__(self, "group_size", groups[0])
+        super().__post_init__()
+
+    @property
+    def inner(self) -> type[QuantScheme]:
+        """The packing's scheme class."""
+        return PACKINGS[self.packing]
+
+    @property
+    def mode(self) -> str:  # type: ignore[override]
+        return self.inner.mode
+
+    @property
+    def has_biases(self) -> bool:  # type: ignore[override]
+        return self.inner.has_biases
+
+    @property
+    def allowed_bits(self) -> tuple[int, ...]:  # type: ignore[override]
+        return self.inner.allowed_bits
+
+    @property
+    def allowed_group_sizes(self) -> tuple[int, ...]:  # type: ignore[override]
+        return self.inner.allowed_group_sizes
+
+    @property
+    def packer(self) -> str:
+        return f"rotated with packing {self.inner.name}"
 
     def check(self, bits: Any, head_dim: int | None = None) -> None:
         """A head_dim the Hadamard transform takes (named first: no group size helps otherwise), then affine's."""
@@ -84,9 +128,11 @@ class Rotated(QuantScheme):
         return (x.astype(mx.float32) @ r.T).astype(x.dtype)
 
     def pack(self, x: mx.array, bits: int) -> tuple[mx.array, ...]:
-        """Affine codes, scales and biases of the rotated rows x·R."""
+        """The packing's parts (codes, scales (, biases)) of the rotated rows x·R."""
         return super().pack(self.rotate(x), bits)
 
     def unpack(self, parts: tuple[mx.array, ...], bits: int) -> mx.array:
-        """The float rows, rotated back: dequantize(parts)·Rᵀ."""
-        return self.unrotate(super().unpack(parts, bits))
+        """The float rows, rotated back: dequantize(parts)·Rᵀ (float32 after an MX format's bfloat16, which holds
+        the codes exactly but not their rotation)."""
+        x = super().unpack(parts, bits)
+        return self.unrotate(x.astype(mx.float32) if x.dtype == mx.bfloat16 else x)

@@ -88,6 +88,11 @@ def evaluate_set(
                 f"--prompts {request.prompts}: probe scores recall, and {missing[0]!r} has no answer; use a .jsonl "
                 'with "answer" on every line, or kvlens sweep --prompts'
             )
+        if not mode.takes_questions and (asked := [p.id for p in items if p.question is not None]):
+            raise ValueError(
+                f"--prompts {request.prompts}: {asked[0]!r} is a question about a context, scored by recall: run "
+                "kvlens probe --prompts (or kvlens compress --context-file C --questions Q.jsonl)"
+            )
         from kvcore.engine.session import Session
 
         session = Session.load(request.model)

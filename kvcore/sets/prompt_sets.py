@@ -2,7 +2,9 @@
 
 A folder gives every `.txt` / `.md` / `.py` file in it (not recursive), sorted by name, the file name as the id.
 A `.jsonl` file gives one `{"id": …, "prompt": …, "answer": …}` object per line (`answer` optional; it turns on
-recall scoring as for the needle probes); blank lines are skipped. Every problem is one line naming file:line and
+recall scoring as for the needle probes), or `{"id": …, "context": …, "questions": [{"question": …, "answer": …}]}`:
+one item per question (id `doc1#1`, …) asked of the context (query-agnostic: kvcore.sets.modes); blank lines are
+skipped. Every problem is one line naming file:line and
 the fix, before any model is loaded, so a typo on line 4,000 does not cost the 3,999 prompts before it.
 """
 
@@ -37,6 +39,8 @@ class PromptItem:
     id: str
     text: str
     answer: str | None = None
+    #: The question asked of `text` (a context/questions line: one item per question, id `doc1#2`), else None.
+    question: str | None = None
 
 
 def load_prompts(path: Path) -> list[PromptItem]:
@@ -96,7 +100,8 @@ def read_capped(path: Path, what: str, cap: int) -> bytes:
 
 def set_digest(items: list[PromptItem]) -> str:
     """A hash of the whole set (ids, texts, answers): ranks compare it to be sure they read the same prompts."""
-    payload = json.dumps([[p.id, p.text, p.answer] for p in items], ensure_ascii=False).encode("utf-8")
+    rows = [[p.id, p.text, p.answer, *([] if p.question is None else [p.question])] for p in items]
+    payload = json.dumps(rows, ensure_ascii=False).encode("utf-8")
     return hashlib.sha256(payload).hexdigest()
 
 
@@ -136,25 +141,62 @@ def _from_jsonl(path: Path) -> list[PromptItem]:
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        item = _parse_line(line, f"{path}:{n}")
-        if item.id in seen:
-            raise PromptSetError(
-                f"{path}:{n}: id {item.id!r} is already used on line {seen[item.id]}; give every prompt its own id"
-            )
-        seen[item.id] = n
-        items.append(item)
+        for item in _parse_line(line, f"{path}:{n}"):
+            if item.id in seen:
+                raise PromptSetError(
+                    f"{path}:{n}: id {item.id!r} is already used on line {seen[item.id]}; give every prompt its "
+                    "own id"
+                )
+            seen[item.id] = n
+            items.append(item)
     return items
 
 
-def _parse_line(line: str, where: str) -> PromptItem:
-    example = 'write {"id": "doc1", "prompt": "…", "answer": "…"} (answer optional)'
-    obj = json_record(line, where, example, ("id", "prompt", "answer"), ("id", "prompt"))
+def _parse_line(line: str, where: str) -> list[PromptItem]:
+    """One prompt, or a context/questions line's one item per question (id `doc1#1`, `doc1#2`, …)."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        obj = None  # json_record names the problem
+    if isinstance(obj, dict) and "context" in obj and "prompt" not in obj:
+        return _context_line(line, where)
+    return [_prompt_line(line, where)]
+
+
+def _item_id(obj: dict[str, Any], where: str, example: str) -> str:
     pid = obj["id"]
     if isinstance(pid, int) and not isinstance(pid, bool):
         pid = str(pid)
     if not isinstance(pid, str) or not pid.strip():
         raise PromptSetError(f"{where}: 'id' must be a non-empty string or an integer; {example}")
     _check_text(pid, "id", where, example)
+    return pid
+
+
+def _context_line(line: str, where: str) -> list[PromptItem]:
+    example = 'write {"id": "doc1", "context": "…", "questions": [{"question": "…", "answer": "…"}]}'
+    obj = json_record(line, where, example, ("id", "context", "questions"), ("id", "context", "questions"))
+    pid = _item_id(obj, where, example)
+    context = text_field(obj, "context", where, example)
+    if len(context.encode("utf-8")) > MAX_PROMPT_BYTES:
+        raise PromptSetError(f"{where}: the context is over the {MAX_PROMPT_BYTES:,}-byte limit; shorten it")
+    questions = obj["questions"]
+    if not isinstance(questions, list) or not questions:
+        raise PromptSetError(f"{where}: 'questions' must be a non-empty list; {example}")
+    items = []
+    for k, q in enumerate(questions, start=1):
+        at = f"{where}: question {k}"
+        if not isinstance(q, dict) or set(q) - {"question", "answer"} or "question" not in q:
+            raise PromptSetError(f'{at} is not {{"question": …, "answer": …}}; {example}')
+        text = text_field(q, "question", at, example)
+        items.append(PromptItem(f"{pid}#{k}", context, text_field(q, "answer", at, example, False), text))
+    return items
+
+
+def _prompt_line(line: str, where: str) -> PromptItem:
+    example = 'write {"id": "doc1", "prompt": "…", "answer": "…"} (answer optional)'
+    obj = json_record(line, where, example, ("id", "prompt", "answer"), ("id", "prompt"))
+    pid = _item_id(obj, where, example)
     prompt = text_field(obj, "prompt", where, example)
     answer = text_field(obj, "answer", where, example, required=False)
     if len(prompt.encode("utf-8")) > MAX_PROMPT_BYTES:

@@ -23,10 +23,14 @@ TEXT_COLUMNS: frozenset[str] = frozenset(
         "baseline_dtype",
         "quant_scheme",
         "execution",
+        "bits_per_layer",
         "budget_note",
         "family",
         "answer",
         "continuation",
+        "model",  # kvlens ruler's table (kvcore.probes.ruler.table)
+        "mode",
+        "haystack",
     }
 )
 #: Columns that together name one row of a results file (those present in its header).

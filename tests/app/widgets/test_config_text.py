@@ -33,3 +33,10 @@ def test_a_baseline_names_the_unquantized_side():
     assert (
         config_label({**base, "bits": 16, "per_head": False}, "float32") == "snapkv 25 % · float32 · shared"
     )
+
+
+def test_layer_widths_and_a_schemes_parameters_are_named():
+    base = {"method": "snapkv", "ratio": 0.25, "bits": 4, "group_size": 32, "quant": "rotated:packing=mxfp4"}
+    assert config_label(base) == "snapkv 25 % · 4-bit rotated:packing=mxfp4 g32"
+    assert config_label({**base, "edge_layers": 2, "edge_bits": 8}).endswith("g32 edges 2@8")
+    assert config_label({**base, "layer_bits": [8, 4, 4, 8]}).endswith("g32 layers 8,4,4,8")

@@ -275,3 +275,84 @@ def test_unquantized_names_the_baseline_it_stores(controls):
     assert controls.bitsLabel.text() == "off (float32)"
     controls.set_config({"bits": 8, "value_bits": 16})
     assert controls.bitsLabel.text() == "8-bit" and controls.valueBitsLabel.text() == "off (float32)"
+
+
+@pytest.mark.parametrize(
+    "name, paper",
+    [
+        ("turboquant", "arXiv 2504.19874"),
+        ("turboquant_prod", "arXiv 2504.19874"),
+        ("qjl", "arXiv 2406.03482"),
+    ],
+)
+def test_the_sketching_schemes_are_offered_with_their_paper_and_parameters(controls, qtbot, name, paper):
+    combo = controls.quantCombo
+    index = combo.findData(name)
+    tip = combo.itemData(index, Qt.ItemDataRole.ToolTipRole)
+    assert paper in tip and "simulated" in tip and "seed = 0" in tip
+    controls.bitsSlider.setValue(1)  # 3 bits
+    with qtbot.waitSignal(controls.configChanged) as blocker:
+        combo.setCurrentIndex(index)
+    assert (blocker.args[0]["quant"], blocker.args[0]["bits"]) == (name, 3)
+
+
+def test_a_schemes_parameters_show_under_it_and_travel_in_its_spec(controls, qtbot):
+    controls.set_config({"bits": 4})
+    assert not controls.quantParameters.isVisible() or controls.quantParameters.spin("packing") is None
+    controls.quantCombo.setCurrentIndex(controls.quantCombo.findData("rotated"))
+    packing = controls.quantParameters.spin("packing")
+    assert packing.objectName() == "quantPackingCombo" and packing.currentText() == "affine"
+    assert controls.config()["quant"] == "rotated"
+    with qtbot.waitSignal(controls.configChanged) as blocker:
+        packing.setCurrentText("mxfp4")
+    assert (blocker.args[0]["quant"], blocker.args[0]["group_size"]) == ("rotated:packing=mxfp4", 32)
+    controls.set_config({"quant": "rotated:packing=nvfp4,seed=3"})
+    assert controls.quantParameters.spin("packing").currentText() == "nvfp4"
+    assert controls.quantParameters.spin("seed").value() == 3
+    controls.set_config({"quant": "kivi"})
+    assert controls.quantParameters.spin("residual").value() == 128 and controls.config()["quant"] == "kivi"
+    assert not controls.fpRecentSpin.isEnabled() and controls.config()["fp_recent"] == 0
+    with pytest.raises(ValueError, match="packing must be one of"):
+        controls.set_config({"quant": "rotated:packing=int3"})
+
+
+def test_edge_layers_set_the_layer_widths_and_keep_a_width_the_scheme_packs(controls, qtbot):
+    assert "edge_layers" not in controls.config() and not controls.edgeBitsSpin.isEnabled()
+    controls.set_config({"bits": 4})
+    with qtbot.waitSignal(controls.configChanged) as blocker:
+        controls.edgeLayersSpin.setValue(2)
+    assert (blocker.args[0]["edge_layers"], blocker.args[0]["edge_bits"]) == (2, 8)
+    controls.edgeBitsSpin.setValue(7)  # affine packs no 7 bits: stepping down from 8 goes on to 6
+    assert controls.config()["edge_bits"] == 6
+    controls.edgeBitsSpin.setValue(7)  # and up from 6 on to 8
+    assert controls.config()["edge_bits"] == 8
+    controls.set_config({"quant": "mxfp4"})  # a dict naming the scheme without layer widths has none
+    assert "edge_layers" not in controls.config()
+    controls.set_config({"edge_layers": 1})
+    assert (controls.config()["edge_layers"], controls.config()["edge_bits"]) == (1, 4)
+    controls.set_config({"bits": None})
+    assert "edge_layers" not in controls.config() and not controls.edgeLayersSpin.isEnabled()
+
+
+@pytest.mark.parametrize("name, paper", [("kivi", "arXiv 2402.02750"), ("rotated", "arXiv 2404.00456")])
+def test_the_genuine_schemes_tooltips_name_their_paper(controls, name, paper):
+    combo = controls.quantCombo
+    assert paper in combo.itemData(combo.findData(name), Qt.ItemDataRole.ToolTipRole)
+
+
+def test_a_disabled_panel_still_emits_its_residual_and_edge_layers(controls):
+    controls.set_config({"bits": 4, "fp_recent": 32, "edge_layers": 1})
+    controls.setEnabled(False)  # the window greys the panel while a job runs
+    config = controls.config()
+    assert (config["fp_recent"], config["edge_layers"]) == (32, 1)
+
+
+def test_a_width_per_layer_is_carried_until_edge_layers_replace_it(controls):
+    controls.set_config({"quant": "affine", "bits": 4, "layer_bits": [8, 4, 4, 8]})
+    assert controls.config()["layer_bits"] == [8, 4, 4, 8]
+    assert "8,4,4,8" in controls.edgeLayersSpin.toolTip()
+    controls.edgeLayersSpin.setValue(1)
+    config = controls.config()
+    assert "layer_bits" not in config and config["edge_layers"] == 1
+    controls.set_config({"quant": "affine"})
+    assert "layer_bits" not in controls.config() and "edge_layers" not in controls.config()

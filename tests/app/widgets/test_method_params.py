@@ -56,6 +56,11 @@ def test_every_method_shows_each_declared_parameter(qtbot):
         controls.methodCombo.setCurrentText(name)
         for p in methods.get(name).parameters():
             spin = controls.methodParameters.spin(p.name)
+            if (
+                p.kind is tuple
+            ):  # a list (per_layer_compression's layer_ratios) is set with --param, no spin box
+                assert spin is None
+                continue
             assert isinstance(spin, QDoubleSpinBox if p.kind is float else QSpinBox), (name, p.name)
             assert p.help in spin.toolTip()
 

@@ -96,7 +96,13 @@ def test_reset_layout_shows_and_docks_every_panel(window):
         assert not dock.isHidden() and not dock.isFloating(), dock.windowTitle()
     assert window.dockWidgetArea(window.sessionDock) == Qt.DockWidgetArea.LeftDockWidgetArea
     assert window.dockWidgetArea(window.metricsDock) == Qt.DockWidgetArea.RightDockWidgetArea
-    below = {window.comparisonDock, window.sweepDock, window.needleDock, window.questionsDock}
+    below = {
+        window.comparisonDock,
+        window.sweepDock,
+        window.needleDock,
+        window.questionsDock,
+        window.timelineDock,
+    }
     assert set(window.tabifiedDockWidgets(window.statsDock)) == below
     assert not window.comparisonDock.visibleRegion().isEmpty(), "the continuations are in front"
 

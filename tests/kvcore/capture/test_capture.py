@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
 
+from kvcore import defaults
 from kvcore.capture import prefill as capture
 from kvcore.model import attention
 
@@ -132,7 +133,9 @@ def test_bad_input_is_refused(loaded_models, kwargs, message):
 
 @pytest.mark.parametrize("chunk_size", [5, 2048])
 def test_lazy_h2o_equals_eager_capture(loaded_models, monkeypatch, chunk_size):
-    """h2o="lazy" keeps queries instead of sums; ensure_h2o() gives exactly the eager sums and frees the queries."""
+    """h2o="lazy" keeps queries instead of sums; ensure_h2o() gives exactly the eager sums and frees the queries
+    above KEEP_PROMPT_QUERIES_BYTES (0 here)."""
+    monkeypatch.setattr(defaults, "KEEP_PROMPT_QUERIES_BYTES", 0)
     model, tok = loaded_models["qwen3"]
     ids = tok.encode(PROMPT)
     monkeypatch.setattr(capture, "BLOCK_ELEMENTS", 256)  # several query blocks per chunk
@@ -145,7 +148,8 @@ def test_lazy_h2o_equals_eager_capture(loaded_models, monkeypatch, chunk_size):
         np.testing.assert_array_equal(np.array(a.window_queries), np.array(b.window_queries))
 
 
-def test_h2o_ranking_computes_lazy_sums_once(loaded_models):
+def test_h2o_ranking_computes_lazy_sums_once(loaded_models, monkeypatch):
+    monkeypatch.setattr(defaults, "KEEP_PROMPT_QUERIES_BYTES", 0)
     from kvcore.methods.selection import rank
 
     model, tok = loaded_models["llama"]

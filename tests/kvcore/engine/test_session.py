@@ -147,8 +147,12 @@ def test_extend_grows_the_baseline(model_dirs):
     assert regen.tokens == s.dense_tokens
 
 
-def test_prefill_defers_h2o_until_asked(model_dirs):
-    """Session.prefill keeps queries, not h2o sums; the first h2o compress computes them without a forward pass."""
+def test_prefill_defers_h2o_until_asked(model_dirs, monkeypatch):
+    """Session.prefill keeps queries, not h2o sums; the first h2o compress computes them without a forward pass
+    (and frees queries above KEEP_PROMPT_QUERIES_BYTES: 0 here)."""
+    from kvcore import defaults
+
+    monkeypatch.setattr(defaults, "KEEP_PROMPT_QUERIES_BYTES", 0)
     s = Session.load(str(model_dirs["qwen3"]))
     s.prefill(PROMPT, n_tokens=4)
     observations = s._capture.observations
@@ -159,6 +163,18 @@ def test_prefill_defers_h2o_until_asked(model_dirs):
     s.compress(CompressionConfig("h2o", 0.5))
     assert all(o.h2o_sums is not None and o.pending_queries is None for o in observations)
     assert s.forward_calls == calls
+
+
+def test_methods_reading_every_query_still_run_after_h2o_on_a_short_prompt(model_dirs):
+    """Under KEEP_PROMPT_QUERIES_BYTES the prompt's queries outlive h2o's sums: compactor after h2o equals
+    compactor on a fresh prefill."""
+    s = Session.load(str(model_dirs["llama"]))
+    s.prefill(PROMPT, n_tokens=2)
+    s.compress(CompressionConfig("h2o", 0.5))
+    after = s.kept_positions(s.compress(CompressionConfig("non_causal_attention", 0.5)))
+    fresh = Session.load(str(model_dirs["llama"]))
+    fresh.prefill(PROMPT, n_tokens=2)
+    assert after == fresh.kept_positions(fresh.compress(CompressionConfig("non_causal_attention", 0.5)))
 
 
 def test_quantized_compress_equals_select_then_quantize(session):

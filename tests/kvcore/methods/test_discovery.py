@@ -98,3 +98,11 @@ def test_two_methods_with_one_name_are_refused(method_folder):
     (method_folder / "knorm_again.py").write_text(source.replace("class KNorm(", "class KNormAgain("))
     with pytest.raises(ValueError, match="two methods are named 'knorm'"):
         methods.available()
+
+
+def test_no_method_declares_a_parameter_name_twice():
+    """A wrapper's parameters and its inner method's share one namespace (`--param NAME=VALUE`, the GUI's boxes),
+    so a name both declare could only ever set one of them."""
+    for name in methods.available():
+        names = [p.name for p in methods.get(name).parameters()]
+        assert len(names) == len(set(names)), (name, names)

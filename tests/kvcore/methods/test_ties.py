@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from kvcore.cli.main import main
-from kvcore.methods import available, selection
+from kvcore.methods import available, get, selection
 from tests.kvcore.methods.helpers import observation, random_qk
 
 PER_HEAD = ("knorm", "snapkv", "h2o", "random", "pyramidkv", "adakv", "adakv-knorm")
@@ -46,9 +46,11 @@ def test_knorm_keeps_the_lowest_positions_among_exact_ties():
     [
         m
         for m in available()
-        if not m.startswith(("adakv-", "think", "merging", "kvzip")) or m == "adakv-knorm"
+        if not (get(m).wraps or get(m).chooses or get(m).needs_reconstruction)
+        or m in ("adakv", "adakv-knorm")
     ],
-)  # think and merging keep their inner method's positions; kvzip's (a replay per run: suite time): test_kvzip
+)  # the other wrappers and the methods that pick their own positions (stable sorts): test_wrappers.py runs each;
+# kvzip (a replay per run: suite time) is checked for the same positions on a second pass in test_kvzip
 def test_compress_positions_files_are_byte_identical_five_times(method, model_dirs, tmp_path, capsys):
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("x = x + 1\n" * 30)  # repeated tokens: tied keys in the low layers

@@ -20,7 +20,9 @@ def test_the_builtin_schemes_are_found_with_the_default_first():
     assert {"affine", "mxfp4", "nvfp4", "mxfp8"} <= set(names)
     for name in names:
         scheme = get(name)
-        assert scheme.name == name and scheme.description and scheme.execution == "genuine"
+        assert scheme.name == name and scheme.description
+        assert scheme.execution == ("genuine" if scheme.genuine else "simulated")
+    assert {get(n).execution for n in ("affine", "mxfp4", "nvfp4", "mxfp8", "rotated")} == {"genuine"}
 
 
 @pytest.mark.parametrize(

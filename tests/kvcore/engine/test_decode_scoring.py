@@ -1,0 +1,250 @@
+"""Re-scoring decoding policies and h2o_online, checked against float64 NumPy replays of the same decode."""
+
+import csv
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models.cache import make_prompt_cache
+
+from kvcore.cli.main import main
+from kvcore.engine.decode_scoring import h2o_recent
+from kvcore.engine.decoding import DECODE_METHODS, DecodingPolicy, decode_with_policy
+from kvcore.engine.session import CompressionConfig, Session
+from kvcore.engine.timeline import held_before
+from kvcore.methods.budgets import n_kept
+from kvcore.model import attention
+
+PROMPT = "def main(argv):\n    return sum(x * x for x in argv)\nThe quick brown fox jumps over the lazy dog. "
+N = 16
+
+
+@pytest.fixture(scope="module")
+def session(model_dirs):
+    s = Session.load(str(model_dirs["llama"]))
+    s.prefill(PROMPT, n_tokens=N)
+    return s
+
+
+@pytest.fixture(scope="module")
+def full(session):
+    return session.compress(CompressionConfig("full", 1.0))
+
+
+def _layer0(session, tokens):
+    """Layer 0's post-RoPE queries [H_q, P, D], keys [H_kv, P, D] (float64) and scale over prompt + `tokens`: they
+    depend only on each token and its position, so a dense pass gives exactly what the decode scored."""
+    cache = make_prompt_cache(session.model)
+    seen = {}
+
+    def observe(queries, keys, values, layer, scale, mask, latent=False):
+        if layer is cache[0]:
+            seen.update(q=queries[0], k=keys[0], scale=scale)
+
+    with attention.observing(observe):
+        session.model(mx.array([[*session.prompt_ids, *tokens]]), cache=cache)
+    mx.eval(seen["q"], seen["k"])
+    f64 = lambda a: np.array(a.astype(mx.float32)).astype(np.float64)  # noqa: E731
+    return f64(seen["q"]), f64(seen["k"]), seen["scale"]
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("size", [{"budget": 9}, {"ratio": 0.2}])
+def test_rows_never_exceed_target_plus_interval_for_every_policy(session, full, size):
+    info, interval = session.info, 4
+    row_bytes = 2 * info.head_dim * 4  # keys and values, float32 test weights
+    for method in (m for m in DECODE_METHODS if m != "dms"):  # dms has no fixed size (test_dms_…)
+        policy = DecodingPolicy(method, interval=interval, n_sink=2, **size)
+        run = decode_with_policy(session, full, policy, N)
+        assert len(run.tokens) == N and run.compressions, method
+        for s in run.steps:
+            target = policy.target(run.n_start + s.step - s.step % interval)
+            if not method.startswith("adakv"):
+                assert all(r <= target + interval for r in s.rows), method
+                assert s.bytes == sum(s.rows) * info.n_kv_heads * row_bytes
+        for c, before in held_before(run):
+            target = policy.target(run.n_start + c.step)
+            for heads, held in zip(c.kept, before, strict=True):
+                # adakv spreads H_kv·target over the heads; the others keep target per head
+                assert sum(map(len, heads)) == sum(min(target, len(p)) for p in held), method
+                assert all(set(k) <= set(p) for k, p in zip(heads, held, strict=True))
+
+
+def test_ratio_target_is_kvpress_count_of_positions_seen(session, full):
+    policy = DecodingPolicy("snapkv", ratio=0.3, interval=4)
+    run = decode_with_policy(session, full, policy, N)
+    for c in run.compressions:
+        assert {len(k) for heads in c.kept for k in heads} == {n_kept(run.n_start + c.step, 0.3)}
+
+
+def test_snapkv_policy_keeps_what_numpy_keeps_on_the_same_recent_queries(session, full):
+    policy = DecodingPolicy("snapkv", budget=10, interval=4)
+    run = decode_with_policy(session, full, policy, N, keep_scores=True)
+    q, k, scale = _layer0(session, run.tokens)
+    group, kernel, last = q.shape[0] // k.shape[0], 5, 0
+    assert [c.step for c in run.compressions] == list(range(0, N, 4))
+    for c in run.compressions:
+        # before decoding: the prompt's last queries (prefill captured them); then the tokens fed since the last check
+        window = np.arange(run.n_start - min(64, run.n_start), run.n_start) if c.step == 0 else None
+        if window is None:
+            window = np.arange(run.n_start + last, run.n_start + c.step)[-64:]
+        for h, held in enumerate(c.held[0]):
+            held = np.array(held)
+            assert np.array_equal(held[-len(window) :], window)  # the window's keys are the last rows
+            logits = q[h * group : (h + 1) * group][:, window] @ k[h, held].T * scale
+            probs = _softmax(np.where(held[None, None] <= window[None, :, None], logits, -np.inf))
+            votes = probs[..., : len(held) - len(window)].mean(axis=1)
+            padded = np.pad(votes, [(0, 0), (kernel // 2, kernel // 2)])
+            pooled = sum(padded[:, i : i + votes.shape[1]] for i in range(kernel)) / kernel
+            expected = np.concatenate([pooled.mean(axis=0), np.ones(len(window))])
+            np.testing.assert_allclose(c.scores[0][h], expected, rtol=1e-4, atol=1e-6)
+            rest = np.argsort(-expected[: len(held) - len(window)], kind="stable")
+            ranked = np.concatenate([np.arange(len(held) - 1, len(held) - 1 - len(window), -1), rest])
+            assert c.kept[0][h] == sorted(held[ranked[:10]].tolist())
+        last = c.step
+
+
+def test_h2o_online_scores_equal_a_float64_replay(session, full):
+    policy = DecodingPolicy("h2o_online", budget=10, interval=3)
+    run = decode_with_policy(session, full, policy, N, keep_scores=True)
+    q, k, scale = _layer0(session, run.tokens)
+    n_q, group, T = q.shape[0], q.shape[0] // k.shape[0], run.n_start
+    # every prompt query over every prompt key (causal), then each fed token over the rows held when it was fed
+    acc = np.zeros((n_q, q.shape[1]))
+    for hq in range(n_q):
+        logits = q[hq, :T] @ k[hq // group, :T].T * scale
+        acc[hq, :T] = _softmax(np.where(np.tri(T, dtype=bool), logits, -np.inf)).sum(axis=0)
+    held = [list(range(T))] * k.shape[0]
+    last = 0
+    for c in run.compressions:
+        for h in range(k.shape[0]):
+            held[h] = held[h] + list(range(T + last, T + c.step))
+            assert c.held[0][h] == held[h]
+            rows = np.array(held[h])
+            for p in range(T + last, T + c.step):
+                for hq in range(h * group, (h + 1) * group):
+                    visible = rows[rows <= p]
+                    acc[hq, visible] += _softmax(q[hq, p] @ k[h, visible].T * scale)
+            score = acc[h * group : (h + 1) * group][:, rows].mean(axis=0)
+            np.testing.assert_allclose(c.scores[0][h], score, rtol=1e-5, atol=1e-7)
+            recent = h2o_recent(10)
+            heavy = np.argsort(-score[:-recent], kind="stable")[: 10 - recent]
+            assert c.kept[0][h] == sorted([*rows[heavy].tolist(), *rows[-recent:].tolist()])
+            held[h] = c.kept[0][h]
+        last = c.step
+    assert last > 0
+
+
+def test_dms_evicts_older_keys_below_the_threshold_and_keeps_the_window(session, full):
+    probe = decode_with_policy(session, full, DecodingPolicy("knorm", budget=10**6), N)
+    _, k, _ = _layer0(session, probe.tokens)
+    norms = np.linalg.norm(k, axis=-1)  # [H_kv, positions]
+    threshold = -float(np.median(norms))
+    run = decode_with_policy(
+        session, full, DecodingPolicy("dms", budget=6, interval=4, threshold=threshold), N
+    )
+    _, k, _ = _layer0(session, run.tokens)
+    norms = np.linalg.norm(k, axis=-1)
+    evicted_some = False
+    for c, before in held_before(run):
+        for h, (kept, held) in enumerate(zip(c.kept[0], before[0], strict=True)):
+            window, older = held[-6:], np.array(held[:-6], dtype=int)
+            expected = [p for p in older.tolist() if -norms[h, p] >= threshold + 1e-4]
+            assert set(window) <= set(kept) and set(expected) <= set(kept)
+            assert all(-norms[h, p] < threshold + 1e-4 for p in set(held) - set(kept))
+            evicted_some |= len(kept) < len(held)
+    assert evicted_some
+
+
+def test_teacher_forcing_feeds_the_given_tokens(session, full):
+    rows = []
+    forced = [session.dense_tokens[0], *reversed(session.dense_tokens[1:])]  # not what the model would pick
+    policy = DecodingPolicy("knorm", budget=10**6)
+    run = decode_with_policy(session, full, policy, N, forced=forced, on_logits=rows.append)
+    assert len(rows) == N - 1 and [int(mx.argmax(r).item()) for r in rows] == run.tokens[1:]
+    cache = make_prompt_cache(session.model)
+    dense = session.model(mx.array([[*session.prompt_ids, *forced[: N - 1]]]), cache=cache)[0]
+    T = len(session.prompt_ids)
+    np.testing.assert_allclose(np.array(mx.stack(rows)), np.array(dense[T:]), rtol=1e-4, atol=1e-4)
+
+
+def test_ctrl_c_keeps_what_was_generated(session, full):
+    def interrupt(done, total):
+        if done == 5:
+            raise KeyboardInterrupt
+
+    run = decode_with_policy(
+        session, full, DecodingPolicy("tova", budget=8, interval=2), N, on_progress=interrupt
+    )
+    assert run.interrupted and len(run.tokens) == 5
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"method": "snapkv"}, "budget .* or a ratio"),
+        ({"method": "snapkv", "budget": 8, "ratio": 0.5}, "budget .* or a ratio"),
+        ({"method": "dms", "budget": 8}, "threshold goes with dms"),
+        ({"method": "knorm", "budget": 8, "threshold": -1.0}, "threshold goes with dms"),
+        ({"method": "dms", "ratio": 0.5, "threshold": -1.0}, "sliding window"),
+    ],
+)
+def test_bad_policy_settings_are_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DecodingPolicy(**kwargs)
+
+
+def test_cli_prefill_then_decoding_with_a_timeline(model_dirs, prompt_file, tmp_path, capsys):
+    timeline = tmp_path / "t.csv"
+    argv = [
+        "compress",
+        "--model",
+        str(model_dirs["llama"]),
+        "--prompt-file",
+        str(prompt_file),
+        "--tokens",
+        "9",
+    ]
+    argv += ["--method", "snapkv", "--ratio", "0.5", "--json", "--timeline", str(timeline)]
+    argv += ["--decode-method", "h2o_online", "--decode-ratio", "0.3", "--decode-interval", "4"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method"] == "snapkv" and out["decode_method"] == "h2o_online" and out["decode_ratio"] == 0.3
+    assert out["decode_tokens"] == 9 and not out["decode_interrupted"] and out["decode_compressions"] == 3
+    with timeline.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["step", "layer", "kv_head", "position", "kept"]
+    state: dict[tuple, int] = {}  # (layer, kv_head, position) -> kept, replayed event by event in step order
+    held_at: dict[int, set[int]] = {}
+    events = sorted(
+        (int(r["step"]), int(r["layer"]), int(r["kv_head"]), int(r["position"]), int(r["kept"])) for r in rows
+    )
+    for step in (0, 4, 8):
+        for s, layer, head, pos, kept in events:
+            if s <= step:
+                state[layer, head, pos] = kept
+        per_head: dict[tuple, int] = {}
+        for (layer, head, _), kept in state.items():
+            per_head[layer, head] = per_head.get((layer, head), 0) + kept
+        held_at[step] = set(per_head.values())
+    counts = [held_at[step] for step in (0, 4, 8)]
+    assert {s for s, *_ in events if s > 0} <= set(range(1, 10))
+    assert all(
+        len(c) == 1 for c in counts
+    )  # every head keeps the step's target, which grows with the positions
+    first, middle, end = (c.pop() for c in counts)
+    assert first < middle < end
+
+
+def test_cli_timeline_needs_a_decoding_policy(tmp_path, prompt_file, capsys):
+    argv = ["compress", "--model", str(tmp_path / "no-model"), "--prompt-file", str(prompt_file)]
+    assert main([*argv, "--timeline", str(tmp_path / "t.csv")]) == 2
+    assert "--timeline needs --decode-method" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        main([*argv, "--decode-method", "snapkv", "--decode-budget", "4", "--decode-ratio", "0.5"])
+    assert "--decode-ratio: not allowed with argument --decode-budget" in capsys.readouterr().err
