@@ -69,6 +69,8 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
     session = Session.load(str(ROOT / "resources" / "models" / "kvlens-demo"))
     groups: dict[tuple[str, str, float], list[tuple[float, str]]] = {}
     by_prompt: dict[str, list[tuple[str, str, float, Any]]] = {}
+    channel_rows: dict[tuple[str, str, float], list[bool]] = {}
+    value_gaps: dict[tuple[str, str, float], float] = {}
     for key, kept in reference["kept"].items():
         method, name, schedule, ratio = key.split("|")
         by_prompt.setdefault(name, []).append((method, schedule, float(ratio), kept))
@@ -77,9 +79,38 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
         # h2o's sums free the prompt queries that non_causal_attention and compactor read: h2o's methods last.
         entries.sort(key=lambda entry: "h2o" in entry[0])
         for method, schedule, ratio, theirs in entries:
-            params = _params(method, ratio, len(theirs))
-            state = session.compress(CompressionConfig(method, ratio, schedule=schedule, params=params))
+            method_name, _, query = method.partition("?")  # NAME?PARAM=VALUE&...: with these parameters
+            params = {
+                **_params(method_name, ratio, len(theirs)),
+                **{
+                    k: float(v) if "." in v else int(v)
+                    for k, v in (p.split("=") for p in query.split("&") if p)
+                },
+            }
+            state = session.compress(CompressionConfig(method_name, ratio, schedule=schedule, params=params))
             scores = session.ranking(state.config).layers
+            their_sums = reference.get("value_sums", {}).get(f"{method}|{name}|{schedule}|{ratio}")
+            if their_sums is not None:  # merging: the kept values' sum per head, relative difference
+                for layer, heads in enumerate(their_sums):
+                    _, stored = state.cache[layer].keys_and_values()
+                    counts = state.cache[layer].kept_counts
+                    for head, want in enumerate(heads):
+                        got = np.array(stored[0, head, : counts[head]]).sum(axis=0)
+                        gap = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-12))
+                        value_gaps[(method, schedule, ratio)] = max(
+                            value_gaps.get((method, schedule, ratio), 0), gap
+                        )
+            their_channels = reference.get("channels", {}).get(f"{method}|{name}|{schedule}|{ratio}")
+            if their_channels is not None:  # think: the key channels each head stores
+                ours_channels = Session.kept_channels(state)
+                same = [
+                    ours_channels[layer] is not None and ours_channels[layer][head].tolist() == heads[head]
+                    for layer, heads in enumerate(their_channels)
+                    for head in range(len(heads))
+                ]
+                channel_rows[(method, schedule, ratio)] = (
+                    channel_rows.get((method, schedule, ratio), []) + same
+                )
             for layer, heads in enumerate(theirs):
                 for head, positions in enumerate(heads):
                     ours = set(np.flatnonzero(state.kept[layer, head]).tolist())
@@ -117,6 +148,12 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
                 "differences": "; ".join(reasons[:3]) + (" …" if len(reasons) > 3 else ""),
             }
         )
+        same = channel_rows.get((method, schedule, ratio))
+        if same is not None:
+            rows[-1]["differences"] += f" key channels identical in {sum(same)}/{len(same)} heads"
+        gap = value_gaps.get((method, schedule, ratio))
+        if gap is not None:
+            rows[-1]["differences"] += f" merged values: largest relative gap of a head's value sum {gap:.1e}"
     return rows
 
 

@@ -48,7 +48,8 @@ def layer_ratios(ratio: float, n_layers: int) -> list[float]:
 
 
 def _presses(kvpress):
-    """KV Lens method name -> (kvpress press factory, attention implementation it needs)."""
+    """KV Lens method name (`NAME?PARAM=VALUE&...` sets its parameters) -> (kvpress press factory, attention
+    implementation it needs)."""
     return {
         "snapkv": (lambda: kvpress.SnapKVPress(window_size=64, kernel_size=5), "sdpa"),
         "streaming_llm": (lambda: kvpress.StreamingLLMPress(n_sink=4), "sdpa"),
@@ -83,6 +84,23 @@ def _presses(kvpress):
         "expected_attention_stats": (lambda: _stats_from_artifact(kvpress), "sdpa"),
         "qfilter": (lambda: _qfilter_from_artifact(kvpress), "sdpa"),
         "duo_attention_calibrated": (lambda: _duo_on_prompt(kvpress, calibration=True), "sdpa"),
+        "kvzip": (kvpress.KVzipPress, "sdpa"),
+        "kvzip?layerwise=1": (lambda: kvpress.KVzipPress(layerwise=True), "sdpa"),
+        "kvzip?kvzip_plus_normalization=1": (
+            lambda: kvpress.KVzipPress(kvzip_plus_normalization=True),
+            "sdpa",
+        ),
+        "kvzip?chunk_size=256": (lambda: kvpress.KVzipPress(chunk_size=256), "sdpa"),
+        "merging": (
+            lambda: kvpress.MergingPress(press=kvpress.SnapKVPress(window_size=64, kernel_size=5)),
+            "sdpa",
+        ),
+        "think": (
+            lambda: kvpress.ComposedPress(
+                [kvpress.SnapKVPress(window_size=64, kernel_size=5), kvpress.ThinKPress(0.5, window_size=32)]
+            ),
+            "sdpa",
+        ),
     }
 
 
@@ -264,9 +282,16 @@ def _record_rerotated(kvpress) -> None:
     kvpress.KeyRerotationPress.rerotate_keys = staticmethod(recording)
 
 
-def _kept(model, press, ids, torch, cache_cls, pressed_ids=None) -> list[list[list[int]]]:
+def _layer_values(cache, layer: int):
+    return cache.layers[layer].values if hasattr(cache, "layers") else cache.value_cache[layer]
+
+
+def _kept(
+    model, press, ids, torch, cache_cls, pressed_ids=None, channels=None, value_sums=None
+) -> list[list[list[int]]]:
     """[layer][kv-head] sorted kept positions of one pressed prefill (pressed_ids: the pressed run's input,
-    finch's with its delimiter)."""
+    finch's with its delimiter); `channels` (a list) gets [layer][kv-head] the key channels not zeroed (ThinK),
+    `value_sums` [layer][kv-head] the sum of the kept values (merging)."""
     with torch.no_grad():
         dense = cache_cls()
         model.model(input_ids=ids, past_key_values=dense)
@@ -290,8 +315,14 @@ def _kept(model, press, ids, torch, cache_cls, pressed_ids=None) -> list[list[li
             layer.self_attn.kvlens_rerotated = None
             continue
         kept = _layer_keys(pressed, i)[0].float()  # [H, n, D]
+        if channels is not None:  # ThinK zeroed whole key channels: match rows on the others only
+            stored = kept.abs().sum(dim=1) != 0  # [H, D]
+            channels.append([torch.nonzero(stored[h]).flatten().tolist() for h in range(stored.shape[0])])
+            ref = ref * stored[:, None, :]
         nearest = torch.cdist(kept, ref).argmin(dim=-1)  # [H, n]
         out.append([sorted(nearest[h].tolist()) for h in range(nearest.shape[0])])
+        if value_sums is not None:  # merging rewrites kept values: their sum per head, [H][D]
+            value_sums.append(_layer_values(pressed, i)[0].float().sum(dim=1).tolist())
     return out
 
 
@@ -374,6 +405,10 @@ def main(argv: list[str] | None = None) -> int:
                     if isinstance(press, kvpress.PerLayerCompressionPress):
                         n_layers = model.config.num_hidden_layers
                         press.compression_ratios = [1.0 - r for r in layer_ratios(ratio, n_layers)]
+                    elif isinstance(press, kvpress.ComposedPress) and isinstance(
+                        press.presses[-1], kvpress.ThinKPress
+                    ):  # think: positions from the first press alone, ThinK's ratio is its channels'
+                        press.presses[0].compression_ratio = 1.0 - ratio
                     elif isinstance(
                         press, kvpress.ComposedPress
                     ):  # each stage keeps r^(1/k), as KV Lens's chain
@@ -391,7 +426,15 @@ def main(argv: list[str] | None = None) -> int:
                         pressed_ids = torch.tensor(
                             [[*id_list[:cut], press.delimiter_token_id, *id_list[cut:]]]
                         )
-                    result["kept"][key] = _kept(model, press, ids, torch, DynamicCache, pressed_ids)
+                    channels = [] if method.startswith("think") else None
+                    sums = [] if method.startswith("merging") else None
+                    result["kept"][key] = _kept(
+                        model, press, ids, torch, DynamicCache, pressed_ids, channels, sums
+                    )
+                    if sums is not None:
+                        result.setdefault("value_sums", {})[key] = sums
+                    if channels is not None:
+                        result.setdefault("channels", {})[key] = channels
         print(f"{method}: done ({time.perf_counter() - start:.1f} s)", flush=True)
     _write(args.out, result)
     return 0

@@ -84,6 +84,8 @@ class LayerObservation:
     #: the layer's attention output projection (the model's `o_proj` module, not a copy), for criticalkv's
     #: ‖W_o·v‖₁; None where the architecture names it otherwise
     output_proj: Any = None
+    #: Scores from an extra forward pass (kvzip: `Method.reconstruct`), by what they depend on; [H_kv, T] float32.
+    reconstruction: dict[tuple, mx.array] = field(default_factory=dict)
 
     @property
     def n_tokens(self) -> int:

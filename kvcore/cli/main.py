@@ -382,6 +382,21 @@ def _method_params(args: argparse.Namespace, methods: Sequence[str]) -> None:
         )
 
 
+def _stored_form(state: Any, layer: int) -> dict[str, Any]:
+    """What a method that changes the stored rows did to a layer: think's key channels per kv-head, merging's
+    target of each position per kv-head (−1: kept or not merged); nothing for the others."""
+    from kvcore.engine.session import Session
+
+    out: dict[str, Any] = {}
+    channels = Session.kept_channels(state)[layer]
+    if channels is not None:
+        out["key_channels"] = channels.tolist()
+    targets = Session.merge_targets(state)[layer]
+    if targets is not None:
+        out["merged_into"] = targets.tolist()
+    return out
+
+
 def _scheme_params(quant: str) -> tuple[str, ...]:
     """The parameters --param can set on the --quant scheme (all but group_size, which has its own flag)."""
     from kvcore.quant import get as get_scheme
@@ -796,7 +811,8 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
                 "chat_template": session.chat_template_applied,
                 **cfg.describe(),
                 "layers": [
-                    {"layer": i, "heads": heads} for i, heads in enumerate(session.kept_positions(state))
+                    {"layer": i, "heads": heads, **_stored_form(state, i)}
+                    for i, heads in enumerate(session.kept_positions(state))
                 ],
             },
         )

@@ -618,6 +618,7 @@ class Session:
         method = self.calibrated(config.method_instance.at_ratio(config.ratio))
         key = (method, config.schedule)
         if key not in self._rankings:
+            self._reconstruct(method, config.schedule)
             self._rankings[key] = rank(observed.observations, method)
         return self._rankings[key]
 
@@ -627,6 +628,22 @@ class Session:
         if not calibration.needs_artifact(method):
             return method
         return calibration.bind(method, calibration.model_key(self.info.path), self.info.path)
+
+    def _reconstruct(self, method: Method, schedule: str) -> None:
+        """Run the extra forward pass of a method scored by one (kvzip, a wrapper or chain over it), once per prefill,
+        schedule and parameters: its scores are cached in the observations, the cache stays the context's."""
+        pending = [method]
+        while pending:
+            method = pending.pop()
+            if method.needs_reconstruction:
+                ids = self.prompt_ids[: self.n_compressible(schedule)]
+                observed = self._observed(schedule)
+                self.forward_calls += method.reconstruct(
+                    self.model, self.tokenizer, observed, ids, self.chat_template_applied
+                )
+            pending += [
+                m for m in (getattr(method, "inner", None), *getattr(method, "stages", ())) if m is not None
+            ]
 
     def check_config(self, config: CompressionConfig) -> None:
         """Refuse a config this model cannot run, before any work (the CLI calls it before the prefill)."""
@@ -661,7 +678,7 @@ class Session:
             )
         else:
             cache = self._select_and_pack(config, ranking, selection)
-        cache = config.method_instance.store(cache, self.model)
+        cache = config.method_instance.store(cache, self.model, observed.observations)
         recompress_ms = (time.perf_counter() - start) * 1e3
         kept = self._kept_mask(selection, self.n_compressible(config.schedule), observed.cache)
         fixed = {
@@ -970,6 +987,17 @@ class Session:
     def token_texts(self, ids: Sequence[int]) -> list[str]:
         """Each token's own text (decoded alone), for axes and hover."""
         return [self.tokenizer.decode([int(t)]) for t in ids]
+
+    @staticmethod
+    def kept_channels(state: CompressedState) -> list[np.ndarray | None]:
+        """Per layer [H_kv, d_kept]: the key channels each kv-head stores (think), or None where all are stored."""
+        return [None if getattr(c, "channels", None) is None else np.array(c.channels) for c in state.cache]
+
+    @staticmethod
+    def merge_targets(state: CompressedState) -> list[np.ndarray | None]:
+        """Per layer [H_kv, T]: the kept position each evicted one was merged into (merging), −1 where a position
+        is kept or was not merged; None for a layer nothing was merged in."""
+        return [getattr(c, "merged_into", None) for c in state.cache]
 
     def kept_positions(self, state: CompressedState) -> list[list[list[int]]]:
         """[layer][kv_head] -> kept logical prompt positions, for the --positions JSON."""

@@ -28,7 +28,10 @@ class Method:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
-    budget: ClassVar[str] = "uniform"  # or "pyramidkv": per-layer counts from kvcore.methods.budgets
+    budget: ClassVar[str] = (
+        "uniform"  # or "pyramidkv": per-layer counts from kvcore.methods.budgets; or "global"
+    )
+    # (kvzip): the lowest scores across all layers and heads evicted (kvcore.methods.selection.global_select)
     shared_across_heads: ClassVar[bool] = False  # every kv-head keeps the same positions (tova)
     keeps_everything: ClassVar[bool] = False  # full: the ratio does not apply
     spreads_over_heads: ClassVar[bool] = False  # adakv: a layer's budget is spread unevenly over its kv-heads
@@ -36,6 +39,8 @@ class Method:
     needs_query_stats: ClassVar[bool] = (
         False  # pre-RoPE query statistics (kvcore.capture.query_stats): not on MLA
     )
+    #: Scores come from an extra forward pass over the context (kvzip): Session runs `reconstruct` before ranking.
+    needs_reconstruction: ClassVar[bool] = False
     #: A wrapper takes another method (`inner`) and is named WRAPPER-INNER (adakv-h2o); bare, it wraps `default_inner`.
     wraps: ClassVar[bool] = False
     default_inner: ClassVar[str] = ""
@@ -95,11 +100,27 @@ class Method:
             or decides_across
         ):
             return f"{cls.name} needs a per-head scorer, got {inner.name!r}: wrap snapkv, knorm, h2o..."
+        if inner.budget == "global":
+            return (
+                f"{cls.name} cannot wrap {inner.name!r}: it evicts across layers and heads; "
+                f"use {inner.name} alone, or think-{inner.name} / merging-{inner.name}"
+            )
         return None
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:
         """Scores [H_kv, T], float32, higher = more worth keeping."""
         raise NotImplementedError
+
+    def reconstruct(self, model: Any, tokenizer: Any, capture: Any, ids: list[int], templated: bool) -> int:
+        """needs_reconstruction methods: run their forward pass over `capture` and cache the scores in its
+        observations; returns the forward calls made."""
+        return 0
+
+    def store(self, cache: list[Any], model: Any, observations: Any = ()) -> list[Any]:
+        """The compressed cache as this method stores it (key_rerotation re-rotates the kept keys, think narrows
+        them, merging folds evicted values in); by default the kept rows as they were. `observations`: the
+        schedule's, per layer."""
+        return cache
 
     def always_kept(self, n_tokens: int) -> np.ndarray:
         """Positions ranked above every scored one, highest priority first (kept as far as the budget allows)."""
@@ -122,11 +143,6 @@ class Method:
     def counts(self, n_tokens: int, ratio: float, n_layers: int) -> list[int] | None:
         """Per-layer budgets when the method sets its own (per_layer_compression); None: the shared rules."""
         return None
-
-    def store(self, cache: list[Any], model: Any) -> list[Any]:
-        """The compressed cache as this method stores it (key_rerotation re-rotates the kept keys); by default the
-        kept rows as they were."""
-        return cache
 
     def choose(self, pick: Pick) -> np.ndarray | list[np.ndarray]:
         """Kept positions of one layer (`chooses` methods): [H_kv, n] or [n] sorted, or H_kv ragged arrays."""

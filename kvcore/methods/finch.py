@@ -70,5 +70,5 @@ class Finch(Method):
             kept.append(start + np.argsort(-part, axis=1, kind="stable")[:, :n])
         return np.sort(np.concatenate(kept, axis=1), axis=1).astype(np.int32)
 
-    def store(self, cache: list[Any], model: Any) -> list[Any]:
+    def store(self, cache: list[Any], model: Any, observations: Any = ()) -> list[Any]:
         return rerotate_cache(cache, model, self.name) if self.rerotate_keys else cache

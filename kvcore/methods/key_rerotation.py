@@ -58,5 +58,5 @@ class KeyRerotation(Wrapper):
     default_inner = "snapkv"
     budget = "uniform"
 
-    def store(self, cache: list[Any], model: Any) -> list[Any]:
+    def store(self, cache: list[Any], model: Any, observations: Any = ()) -> list[Any]:
         return rerotate_cache(cache, model, self.label)

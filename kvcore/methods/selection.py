@@ -148,6 +148,10 @@ def select(
     adakv=True (or an AdaKV method) spreads each layer's H_kv·n over its heads (ragged lists).
     """
     method = ranking.method
+    if method.budget == "global":
+        if not per_head:
+            raise ValueError(f"{method.label} evicts per kv-head across layers: turn per-head selection on")
+        return global_select(ranking, ratio, bool(method.values().get("layerwise", 0)))
     adakv = adakv or method.spreads_over_heads
     if adakv and (not per_head or method.shared_across_heads or method.keeps_everything):
         raise ValueError(f"adakv needs per-head selection with a per-head scorer, got {method.name!r} shared")
@@ -181,6 +185,42 @@ def select(
             out.append([np.sort(layer.order[h, :k]) for h, k in enumerate(counts)])
         else:
             out.append(np.sort(layer.order[:, :n], axis=1))
+    return out
+
+
+def global_select(ranking: Ranking, ratio: float, layerwise: bool = False) -> list[LayerSelection]:
+    """kvzip's selection (kvpress's KVzipPress): evict the int(N·(1 − r)) lowest scores of all N (layer, kv-head,
+    position) slots (layerwise: of each layer's H_kv·T slots), never the always-kept positions; ragged per head.
+
+    Each head keeps a prefix of its own `order` (so `device_select` rebuilds the same rows): among equal scores
+    the later position goes first, and across heads the lower layer and head (kvpress's `topk` picks among ties
+    arbitrarily). A head left with nothing keeps its first position in order (kvpress would attend over no key).
+    """
+    budgets.check_ratio(ratio)
+    ranked = [(i, r) for i, r in enumerate(ranking.layers) if r is not None]
+    out: list[LayerSelection] = [None] * len(ranking.layers)
+    if not ranked:
+        return out
+    reversed_priority = []  # per layer [H_kv, T]: each head's priorities from its last ranked position to its first
+    for _, layer in ranked:
+        p = np.take_along_axis(layer.scores.astype(np.float64), layer.order, axis=1)
+        p[:, : layer.n_always] = np.inf
+        reversed_priority.append(p[:, ::-1])
+    groups = [[k] for k in range(len(ranked))] if layerwise else [list(range(len(ranked)))]
+    for group in groups:
+        flat = np.concatenate([reversed_priority[k].ravel() for k in group])
+        n_evicted = int(flat.size * (1.0 - ratio))
+        evicted = np.zeros(flat.size, bool)
+        evicted[np.argsort(flat, kind="stable")[:n_evicted]] = True
+        offset = 0
+        for k in group:
+            n_heads, n_tokens = reversed_priority[k].shape
+            counts = n_tokens - evicted[offset : offset + n_heads * n_tokens].reshape(n_heads, n_tokens).sum(
+                1
+            )
+            offset += n_heads * n_tokens
+            order = ranked[k][1].order
+            out[ranked[k][0]] = [np.sort(order[h, : max(int(c), 1)]) for h, c in enumerate(counts)]
     return out
 
 
