@@ -79,6 +79,8 @@ def _presses(kvpress):
         "dms": (lambda: kvpress.DMSPress(_snapkv(kvpress), threshold=0.001), "sdpa"),
         # finch reads its window from a delimiter token, added to a model of its own (FINCH_WINDOW before the end)
         "finch": (kvpress.FinchPress, "sdpa+delimiter"),
+        # presses_more: entropy_gated_chunkkv, lukv, kvcompose
+        "entropy_gated_chunkkv": (lambda: kvpress.EntropyGatedChunkKVPress(_snapkv(kvpress)), "sdpa"),
     }
 
 

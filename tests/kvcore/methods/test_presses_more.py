@@ -1,0 +1,121 @@
+"""entropy_gated_chunkkv, lukv and kvcompose against NumPy readings of kvpress 0.5.5's definitions, on a tiny real
+model's prefill (inner scores recomputed here from the cached keys: knorm)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kvcore import methods
+from kvcore.capture import prefill as capture
+from kvcore.methods import selection
+
+N_TOKENS = 90
+RATIOS = (0.25, 0.5)
+
+
+@pytest.fixture(scope="module")
+def llama(loaded_models):
+    model, _ = loaded_models["llama"]
+    ids = [int(t) for t in np.random.default_rng(5).integers(1, model.args.vocab_size, N_TOKENS)]
+    return model, capture.prefill_with_capture(model, ids).observations
+
+
+def n_kept(n_tokens: int, ratio: float) -> int:
+    return max(1, int(n_tokens * (1 - (1 - ratio))))
+
+
+def knorm(obs) -> np.ndarray:
+    return -np.linalg.norm(np.array(obs.keys).astype(np.float64), axis=-1)
+
+
+def kept(observations, name: str, ratio: float, **params):
+    return selection.select(selection.rank(observations, methods.get(name, **params)), ratio)
+
+
+def entropy_gated_reference(scores: np.ndarray, chunk: int, low: int, ratio: float) -> list[int]:
+    """kvpress's greedy pass, read from its docstring and loop: a chunk at or above the (lower) median mean with
+    entropy below the (lower) median entropy keeps its top `low`; the rest whole; leftovers by score."""
+    n_tokens = scores.size
+    bounds = [(s, min(s + chunk, n_tokens)) for s in range(0, n_tokens, chunk)]
+    means, entropies = [], []
+    for s, e in bounds:
+        part = scores[s:e]
+        means.append(part.mean())
+        if e - s == 1:
+            entropies.append(0.0)
+            continue
+        part = part - min(part.min(), 0.0)
+        p = part / (part.sum() + 1e-8)
+        entropies.append(min(max(-(p * np.log(p + 1e-8)).sum() / math.log(e - s), 0.0), 1.0))
+    means, entropies = np.array(means), np.array(entropies)
+    median_mean = sorted(means)[(len(means) - 1) // 2]
+    median_entropy = sorted(entropies)[(len(entropies) - 1) // 2]
+    budget, keep = n_kept(n_tokens, ratio), set()
+    for c in sorted(range(len(bounds)), key=lambda c: -means[c]):
+        if budget <= 0:
+            break
+        s, e = bounds[c]
+        n = min(e - s, budget)
+        if means[c] >= median_mean and entropies[c] < median_entropy:
+            n = min(n, low)
+        keep |= {s + int(i) for i in np.argsort(-scores[s:e])[:n]}
+        budget -= n
+    rest = [t for t in range(n_tokens) if t not in keep]
+    keep |= {rest[int(i)] for i in np.argsort(-scores[rest])[:budget]}
+    return sorted(keep)
+
+
+def test_entropy_gated_chunkkv_trims_spiky_important_chunks(llama):
+    _, observations = llama
+    for ratio in RATIOS:
+        got = kept(observations, "entropy_gated_chunkkv-knorm", ratio, chunk_length=7)
+        for obs, layer in zip(observations, got, strict=True):
+            want = entropy_gated_reference(knorm(obs).sum(axis=0), 7, 4, ratio)
+            assert layer.tolist() == want
+            assert len(want) == n_kept(N_TOKENS, ratio)
+
+
+def test_entropy_gated_chunkkv_trims_at_least_one_chunk(llama):
+    """The gate matters on this prompt: the kept set is not chunkkv's whole chunks."""
+    _, observations = llama
+    gated = kept(observations, "entropy_gated_chunkkv-knorm", 0.25, chunk_length=10)
+    whole = kept(observations, "chunkkv-knorm", 0.25, chunk_length=10)
+    assert any(a.tolist() != b.tolist() for a, b in zip(gated, whole, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        (
+            "entropy_gated_chunkkv",
+            {"low_entropy_chunk_length": 10},
+            "low_entropy_chunk_length 10 must be below chunk_length 10: lower it",
+        ),
+        ("entropy_gated_chunkkv", {"chunk_length": 91}, "chunk_length 91 is longer than the prompt"),
+        ("entropy_gated_chunkkv-tova", {}, "needs a per-head scorer"),
+    ],
+)
+def test_bad_parameters_say_how_to_fix_them(llama, name, params, message):
+    _, observations = llama
+    with pytest.raises(ValueError, match=message):
+        kept(observations, name, 0.25, **params)
+
+
+CLI_METHODS = {
+    "entropy_gated_chunkkv": [],
+}
+
+
+@pytest.mark.parametrize("name", CLI_METHODS)
+def test_kvlens_compress_runs_each_method(name, model_dirs, prompt_file, tmp_path, capsys):
+    from kvcore.cli.main import main
+
+    argv = ["compress", "--model", str(model_dirs["llama"]), "--prompt-file", str(prompt_file)]
+    argv += ["--tokens", "2", "--method", name, "--ratio", "0.25"]
+    argv += ["--positions", str(tmp_path / "kept.json"), "--json"]
+    argv += [a for p in CLI_METHODS[name] for a in ("--param", p)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert (tmp_path / "kept.json").exists()
