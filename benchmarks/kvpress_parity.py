@@ -36,10 +36,21 @@ PARAMS: dict[str, dict[str, Any]] = {
 }
 
 
+def lukv_curve(n_layers: int, n_kv_heads: int) -> list[float]:
+    """lukv's parity curve (kvpress ships one for Llama-3.1-8B only), flattened [99, L, H_kv]: at compression c the
+    (layer, head) slots prune c·(0.5 + s/(L·H − 1)) for slot s (mean c), at most 0.99; kvpress_reference.py sets
+    the same array as its press's curve."""
+    slots = n_layers * n_kv_heads
+    return [min(0.99, (t + 1) / 100 * (0.5 + s / (slots - 1))) for t in range(99) for s in range(slots)]
+
+
 def _params(method: str, ratio: float, n_layers: int) -> dict[str, Any]:
     """PARAMS, and per_layer_compression's ratios as kvpress_reference.layer_ratios sets them (mean r)."""
     if method.startswith("per_layer_compression"):
         return {"layer_ratios": tuple(ratio * (0.5 + layer / (n_layers - 1)) for layer in range(n_layers))}
+    if method == "lukv":  # kvpress's default inner: ExpectedAttentionPress(epsilon=2e-2)
+        config = json.loads((ROOT / "resources" / "models" / "kvlens-demo" / "config.json").read_text())
+        return {"epsilon": 0.02, "curve": tuple(lukv_curve(n_layers, config["num_key_value_heads"]))}
     return PARAMS.get(method, {})
 
 

@@ -132,6 +132,7 @@ class Pick:
     ratio: float
     layer: int
     score_range: tuple[float, float]  # lowest and highest score over every ranked layer
+    n_layers: int = 0  # layers in the model (lukv's curve holds one row per layer)
 
 
 def window_param() -> Any:

@@ -163,7 +163,9 @@ def select(
             out.append(None)
         elif method.chooses:
             obs = ranking.observations[i]
-            pick = Pick(obs, layer.scores, layer.order, layer.auxiliary, n, ratio, i, bounds)
+            pick = Pick(
+                obs, layer.scores, layer.order, layer.auxiliary, n, ratio, i, bounds, len(ranking.layers)
+            )
             out.append(method.choose(pick))
         elif method.keeps_everything:
             out.append(np.arange(ranking.n_tokens, dtype=np.int32))

@@ -96,6 +96,12 @@ def test_entropy_gated_chunkkv_trims_at_least_one_chunk(llama):
         ),
         ("entropy_gated_chunkkv", {"chunk_length": 91}, "chunk_length 91 is longer than the prompt"),
         ("entropy_gated_chunkkv-tova", {}, "needs a per-head scorer"),
+        (
+            "lukv-knorm",
+            {"curve": (0.5, 0.5, 0.5)},
+            r"curve has 3 values but this model needs 99·4·2 = 792 .a whole",
+        ),
+        ("lukv-knorm", {"curve": (1.5,)}, "takes curve up to 1"),
     ],
 )
 def test_bad_parameters_say_how_to_fix_them(llama, name, params, message):
@@ -106,6 +112,8 @@ def test_bad_parameters_say_how_to_fix_them(llama, name, params, message):
 
 CLI_METHODS = {
     "entropy_gated_chunkkv": [],
+    "lukv": [],
+    "lukv-snapkv": ["curve=0.5,0.6,0.7,0.8,0.5,0.6,0.7,0.8"],
 }
 
 
@@ -119,3 +127,56 @@ def test_kvlens_compress_runs_each_method(name, model_dirs, prompt_file, tmp_pat
     argv += [a for p in CLI_METHODS[name] for a in ("--param", p)]
     assert main(argv) == 0, capsys.readouterr().err
     assert (tmp_path / "kept.json").exists()
+
+
+def knorm_ranked(observations) -> list[np.ndarray]:
+    """knorm's scores as KV Lens ranks them (float32; layer 0's repeated tokens tie exactly there, as RoPE keeps
+    norms, where float64 norms of the same keys differ in the 8th digit)."""
+    return [layer.scores for layer in selection.rank(observations, "knorm").layers]
+
+
+def lukv_reference(scores: np.ndarray, prune: np.ndarray, sink: int, window: int) -> list[list[int]]:
+    """kvpress's LU-KV per layer: counts by largest remainder of (1 − prune)·T, sink and window above all."""
+    n_heads, n_tokens = scores.shape
+    ideal = (1 - prune) * n_tokens
+    total = max(n_heads, min(n_heads * n_tokens, round(ideal.sum())))
+    counts = [math.floor(x) for x in ideal]
+    fractions = sorted(range(n_heads), key=lambda h: -(ideal[h] - counts[h]))
+    for h in fractions[: max(0, total - sum(counts))]:
+        counts[h] += 1
+    scores = scores.copy()
+    protected = [*range(sink), *range(n_tokens - window, n_tokens)]
+    scores[:, protected] = scores.max() + 1
+    return [
+        sorted(np.argsort(-scores[h], kind="stable")[: min(max(counts[h], 1), n_tokens)].tolist())
+        for h in range(n_heads)
+    ]
+
+
+def test_lukv_reads_each_heads_budget_from_the_curve(llama):
+    _, observations = llama
+    n_layers, n_heads = len(observations), observations[0].n_kv_heads
+    slots = np.arange(n_layers * n_heads) / (n_layers * n_heads - 1)
+    curve = np.minimum(0.99, np.arange(1, 100)[:, None] / 100 * (0.5 + slots[None]))
+    for ratio in RATIOS:
+        got = kept(observations, "lukv-knorm", ratio, curve=tuple(curve.ravel().tolist()))
+        row = curve[round((1 - ratio) * 100) - 1].reshape(n_layers, n_heads)
+        for layer, (scores, heads) in enumerate(zip(knorm_ranked(observations), got, strict=True)):
+            want = lukv_reference(scores, row[layer].astype(np.float32), 4, 1)
+            assert [h.tolist() for h in heads] == want
+        counts = [len(h) for layer in got for h in layer]
+        assert len(set(counts)) > 1  # the curve's budgets differ by head
+
+
+def test_lukv_with_one_row_and_without_a_curve(llama):
+    _, observations = llama
+    n_layers, n_heads = len(observations), observations[0].n_kv_heads
+    row = np.linspace(0.2, 0.8, n_layers * n_heads)
+    got = kept(observations, "lukv-knorm", 0.5, curve=tuple(row.tolist()), sink=2, window=3)
+    for layer, (scores, heads) in enumerate(zip(knorm_ranked(observations), got, strict=True)):
+        prune = row.reshape(n_layers, n_heads)[layer].astype(np.float32)
+        assert [h.tolist() for h in heads] == lukv_reference(scores, prune, 2, 3)
+    uniform = kept(observations, "lukv-knorm", 0.25)
+    for scores, heads in zip(knorm_ranked(observations), uniform, strict=True):
+        prune = np.full(n_heads, 0.75, np.float32)
+        assert [h.tolist() for h in heads] == lukv_reference(scores, prune, 4, 1)
