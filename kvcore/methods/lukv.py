@@ -6,7 +6,8 @@ Layer l's row at the run's ratio (index round(100 · (1 − r)) − 1, clipped t
 count (1 − prune) · T; the layer keeps round(Σ) in all (at least H_kv), floors each count and gives the remainder
 to the heads with the largest fractions, each head then keeping 1 … T. Within a head the inner scores rank the
 positions, the first `sink` and last `window` positions above all. kvpress's defaults: sink 4, window 1, over
-expected_attention (its curve for Llama-3.1-8B was made with epsilon 0.02: `--param epsilon=0.02`).
+expected_attention (kvpress sets its epsilon to 0.02, the setting its Llama-3.1-8B curve was made with:
+`--param epsilon=0.02`; bare lukv keeps expected_attention's own default, 0).
 
 `curve` holds the prune fractions layer-major and head-minor: 99 · L · H_kv values (a whole curve, read at the run's
 ratio) or L · H_kv (one row, used at every ratio). Empty: every head prunes 1 − r (uniform budgets).

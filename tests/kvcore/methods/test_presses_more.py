@@ -180,3 +180,13 @@ def test_lukv_with_one_row_and_without_a_curve(llama):
     for scores, heads in zip(knorm_ranked(observations), uniform, strict=True):
         prune = np.full(n_heads, 0.75, np.float32)
         assert [h.tolist() for h in heads] == lukv_reference(scores, prune, 4, 1)
+
+
+def test_expected_attention_epsilon_adds_epsilon_times_the_value_norm(llama):
+    """kvpress's (scores + ε)·‖v‖₂, which lukv's default inner reads with ε = 0.02."""
+    _, observations = llama
+    plain = selection.rank(observations, "expected_attention").layers
+    shifted = selection.rank(observations, methods.get("expected_attention", epsilon=0.02)).layers
+    for obs, a, b in zip(observations, plain, shifted, strict=True):
+        norms = np.linalg.norm(np.array(obs.values).astype(np.float64), axis=-1)[:, 4:]
+        np.testing.assert_allclose(b.scores[:, 4:] - a.scores[:, 4:], 0.02 * norms, rtol=1e-4, atol=1e-6)
