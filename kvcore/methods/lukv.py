@@ -5,7 +5,8 @@ the prompt that head prunes; it is computed offline for one model and scorer (th
 Layer l's row at the run's ratio (index round(100 · (1 − r)) − 1, clipped to 0 … 98) gives each kv-head the ideal
 count (1 − prune) · T; the layer keeps round(Σ) in all (at least H_kv), floors each count and gives the remainder
 to the heads with the largest fractions, each head then keeping 1 … T. Within a head the inner scores rank the
-positions, the first `sink` and last `window` positions above all. kvpress's defaults: sink 4, window 1, over
+positions, the first `sink` and last `n_recent` positions above all (kvpress's `window`, renamed: KV Lens's `window`
+is the observation window). kvpress's defaults: sink 4, n_recent 1, over
 expected_attention (kvpress sets its epsilon to 0.02, the setting its Llama-3.1-8B curve was made with:
 `--param epsilon=0.02`; bare lukv keeps expected_attention's own default, 0).
 
@@ -65,7 +66,7 @@ class LUKV(Wrapper):
     chooses = True
 
     sink: int = param(4, "first positions each head always keeps", minimum=0)
-    window: int = param(1, "last positions each head always keeps", minimum=0)
+    n_recent: int = param(1, "last positions each head always keeps (kvpress's window)", minimum=0)
     curve: tuple[float, ...] = param(
         (),
         "prune fraction per (layer, kv-head), layer-major: 99·L·H (whole curve) or L·H values; empty: 1 − r",
@@ -83,7 +84,7 @@ class LUKV(Wrapper):
             return [np.arange(n_tokens, dtype=np.int32)] * n_heads
         scores = padded_scores(pick.scores, self.inner.always_kept(n_tokens))
         protected = np.r_[
-            np.arange(min(self.sink, n_tokens)), np.arange(max(0, n_tokens - self.window), n_tokens)
+            np.arange(min(self.sink, n_tokens)), np.arange(max(0, n_tokens - self.n_recent), n_tokens)
         ]
         scores[:, protected] = scores.max() + 1
         order = np.argsort(-scores, axis=1, kind="stable")

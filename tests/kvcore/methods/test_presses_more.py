@@ -172,7 +172,7 @@ def test_lukv_with_one_row_and_without_a_curve(llama):
     _, observations = llama
     n_layers, n_heads = len(observations), observations[0].n_kv_heads
     row = np.linspace(0.2, 0.8, n_layers * n_heads)
-    got = kept(observations, "lukv-knorm", 0.5, curve=tuple(row.tolist()), sink=2, window=3)
+    got = kept(observations, "lukv-knorm", 0.5, curve=tuple(row.tolist()), sink=2, n_recent=3)
     for layer, (scores, heads) in enumerate(zip(knorm_ranked(observations), got, strict=True)):
         prune = row.reshape(n_layers, n_heads)[layer].astype(np.float32)
         assert [h.tolist() for h in heads] == lukv_reference(scores, prune, 2, 3)
@@ -190,3 +190,12 @@ def test_expected_attention_epsilon_adds_epsilon_times_the_value_norm(llama):
     for obs, a, b in zip(observations, plain, shifted, strict=True):
         norms = np.linalg.norm(np.array(obs.values).astype(np.float64), axis=-1)[:, 4:]
         np.testing.assert_allclose(b.scores[:, 4:] - a.scores[:, 4:], 0.02 * norms, rtol=1e-4, atol=1e-6)
+
+
+def test_lukv_keeps_its_own_defaults_through_a_session_config():
+    """KV Lens's `window` (observation window, 64) is bound by CompressionConfig: lukv's recent positions are
+    `n_recent`, so a config keeps kvpress's default 1."""
+    from kvcore.engine.session import CompressionConfig
+
+    values = CompressionConfig("lukv", 0.25).method_instance.values()
+    assert (values["sink"], values["n_recent"], values["curve"]) == (4, 1, ())
