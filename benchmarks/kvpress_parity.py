@@ -33,6 +33,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "chunk-keydiff": {"chunk_length": 256},
     "simlayerkv": {"lazy_threshold": 0.6, "n_recent": 256},
     "dms": {"threshold": 0.001},
+    "kvcompose@unstructured": {"structured": 0},  # NAME@VARIANT runs NAME with these parameters
 }
 
 
@@ -89,7 +90,8 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
         entries.sort(key=lambda entry: "h2o" in entry[0])
         for method, schedule, ratio, theirs in entries:
             params = _params(method, ratio, len(theirs))
-            state = session.compress(CompressionConfig(method, ratio, schedule=schedule, params=params))
+            config = CompressionConfig(method.split("@")[0], ratio, schedule=schedule, params=params)
+            state = session.compress(config)
             scores = session.ranking(state.config).layers
             for layer, heads in enumerate(theirs):
                 for head, positions in enumerate(heads):

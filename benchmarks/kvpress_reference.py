@@ -97,6 +97,9 @@ def _presses(kvpress):
         # presses_more: entropy_gated_chunkkv, lukv, kvcompose
         "entropy_gated_chunkkv": (lambda: kvpress.EntropyGatedChunkKVPress(_snapkv(kvpress)), "sdpa"),
         "lukv": (lambda: _lukv(kvpress), "sdpa"),
+        # kvcompose re-reads the context after it (eager attention); NAME@VARIANT: kvpress_parity.PARAMS's setting
+        "kvcompose": (kvpress.KVComposePress, "eager"),
+        "kvcompose@unstructured": (lambda: kvpress.KVComposePress(structured=False), "eager"),
     }
 
 
