@@ -51,7 +51,10 @@ def _params(method: str, ratio: float, n_layers: int) -> dict[str, Any]:
         return {"layer_ratios": tuple(ratio * (0.5 + layer / (n_layers - 1)) for layer in range(n_layers))}
     if method == "lukv":  # kvpress's default inner: ExpectedAttentionPress(epsilon=2e-2)
         config = json.loads((ROOT / "resources" / "models" / "kvlens-demo" / "config.json").read_text())
-        return {"epsilon": 0.02, "curve": tuple(lukv_curve(n_layers, config["num_key_value_heads"]))}
+        return {
+            "attention_epsilon": 0.02,
+            "curve": tuple(lukv_curve(n_layers, config["num_key_value_heads"])),
+        }
     return PARAMS.get(method, {})
 
 

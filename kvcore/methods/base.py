@@ -133,6 +133,8 @@ class Pick:
     layer: int
     score_range: tuple[float, float]  # lowest and highest score over every ranked layer
     n_layers: int = 0  # layers in the model (lukv's curve holds one row per layer)
+    #: every layer's scores (None where not captured), one tuple per `select` call: global budgets (kvcompose)
+    all_scores: tuple[np.ndarray | None, ...] = ()
 
 
 def window_param() -> Any:

@@ -4,7 +4,8 @@ The first `n_sink` positions are always kept and left out. From the pre-RoPE que
 after them (statistics recorded at prefill, `kvcore.capture.query_stats`), per query head the mean μ and covariance Σ;
 R̄ = the mean of the model's own RoPE matrices at positions T … T + 511; μ' = R̄μ, Σ' = R̄ΣR̄ᵀ. For a query
 q ~ N(μ', Σ'), E[exp(q·k/√d)] = exp(k·μ'/√d + kᵀΣ'k/(2d)), so score = softmax over the non-sink keys of that
-exponent, mean over the GQA group, plus `epsilon` (kvpress's, default 0), times ‖v‖₂. Sinks score the layer's
+exponent, mean over the GQA group, plus `attention_epsilon` (kvpress's epsilon, default 0;
+named apart from criticalkv's, which wraps it), times ‖v‖₂. Sinks score the layer's
 maximum + 1, as in kvpress.
 """
 
@@ -68,10 +69,12 @@ class ExpectedAttention(Method):
 
     #: Capture keeps the first QUERY_STATS_HEAD positions' queries one by one, so the sinks can go up to that.
     n_sink: int = n_sink_param(maximum=QUERY_STATS_HEAD)
-    epsilon: float = param(0.0, "added to each expected attention before it is scaled by ‖v‖₂", minimum=0.0)
+    attention_epsilon: float = param(
+        0.0, "added to each expected attention before it is scaled by ‖v‖₂ (kvpress's epsilon)", minimum=0.0
+    )
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:
-        return expected_attention_scores(obs, self.n_sink, self.epsilon)
+        return expected_attention_scores(obs, self.n_sink, self.attention_epsilon)
 
     def always_kept(self, n_tokens: int) -> np.ndarray:
         return np.arange(min(self.n_sink, n_tokens))

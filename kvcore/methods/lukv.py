@@ -8,7 +8,7 @@ to the heads with the largest fractions, each head then keeping 1 … T. Within 
 positions, the first `sink` and last `n_recent` positions above all (kvpress's `window`, renamed: KV Lens's `window`
 is the observation window). kvpress's defaults: sink 4, n_recent 1, over
 expected_attention (kvpress sets its epsilon to 0.02, the setting its Llama-3.1-8B curve was made with:
-`--param epsilon=0.02`; bare lukv keeps expected_attention's own default, 0).
+`--param attention_epsilon=0.02`; bare lukv keeps expected_attention's own default, 0).
 
 `curve` holds the prune fractions layer-major and head-minor: 99 · L · H_kv values (a whole curve, read at the run's
 ratio) or L · H_kv (one row, used at every ratio). Empty: every head prunes 1 − r (uniform budgets).

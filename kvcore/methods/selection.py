@@ -158,13 +158,23 @@ def select(
         (min(float(s.min()) for s in ranked), max(float(s.max()) for s in ranked)) if ranked else (0.0, 0.0)
     )
     out: list[LayerSelection] = []
+    every = tuple(None if r is None else r.scores for r in ranking.layers)
     for i, (layer, n) in enumerate(zip(ranking.layers, layer_budgets(ranking, ratio), strict=True)):
         if layer is None:
             out.append(None)
         elif method.chooses:
             obs = ranking.observations[i]
             pick = Pick(
-                obs, layer.scores, layer.order, layer.auxiliary, n, ratio, i, bounds, len(ranking.layers)
+                obs,
+                layer.scores,
+                layer.order,
+                layer.auxiliary,
+                n,
+                ratio,
+                i,
+                bounds,
+                len(ranking.layers),
+                every,
             )
             out.append(method.choose(pick))
         elif method.keeps_everything:

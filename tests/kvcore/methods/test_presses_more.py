@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import mlx.core as mx
 import numpy as np
 import pytest
 
@@ -186,7 +187,7 @@ def test_expected_attention_epsilon_adds_epsilon_times_the_value_norm(llama):
     """kvpress's (scores + ε)·‖v‖₂, which lukv's default inner reads with ε = 0.02."""
     _, observations = llama
     plain = selection.rank(observations, "expected_attention").layers
-    shifted = selection.rank(observations, methods.get("expected_attention", epsilon=0.02)).layers
+    shifted = selection.rank(observations, methods.get("expected_attention", attention_epsilon=0.02)).layers
     for obs, a, b in zip(observations, plain, shifted, strict=True):
         norms = np.linalg.norm(np.array(obs.values).astype(np.float64), axis=-1)[:, 4:]
         np.testing.assert_allclose(b.scores[:, 4:] - a.scores[:, 4:], 0.02 * norms, rtol=1e-4, atol=1e-6)
@@ -199,3 +200,84 @@ def test_lukv_keeps_its_own_defaults_through_a_session_config():
 
     values = CompressionConfig("lukv", 0.25).method_instance.values()
     assert (values["sink"], values["n_recent"], values["curve"]) == (4, 1, ())
+
+
+def test_kvcompose_context_attention_is_the_rereads_attention(loaded_models):
+    """The re-read's attention equals a prefill of the context twice (causal): its last T queries over 2T keys."""
+    from kvcore.methods.kvcompose import context_attention
+
+    model, _ = loaded_models["llama"]
+    n = 40
+    ids = [int(t) for t in np.random.default_rng(7).integers(1, model.args.vocab_size, n)]
+    twice = capture.prefill_with_capture(model, ids + ids, window=2 * n).observations
+    for obs in twice:
+        q = np.array(obs.window_queries[:, n:]).astype(np.float64)  # [H_q, N, D]
+        k = np.array(obs.keys).astype(np.float64)  # [H_kv, 2N, D]
+        k = np.repeat(k, obs.group, axis=0)
+        logits = q @ k.transpose(0, 2, 1) * obs.scale
+        visible = np.arange(2 * n)[None, :] <= (n + np.arange(n))[:, None]
+        logits = np.where(visible, logits, -np.inf)
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        for agg, want in (("max", probs[..., :n].max(axis=1)), ("mean", probs[..., :n].mean(axis=1))):
+            got = np.array(context_attention(obs.window_queries[:, n:], obs.keys, n, obs.scale, agg))
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def kvcompose_reference(scores: list[np.ndarray], ratio: float, structured: bool, bound: int) -> list:
+    """kvpress's composite budgets, step by step: sorted rows, lifted first tokens, a global top-n, bin counts."""
+    n_layers, (n_heads, n_tokens) = len(scores), scores[0].shape
+    rows = [[sorted(s[h].tolist(), reverse=True) for h in range(n_heads)] for s in scores]
+    for layer in rows:
+        for row in layer:
+            for i in range(bound):
+                row[i] += 1e9
+    if structured:
+        composite = [
+            [sum(np.sort(s[h])[::-1][t] for h in range(n_heads)) / n_heads for t in range(n_tokens)]
+            for s in scores
+        ]
+        composite = [[v + (1e9 if t < bound else 0) for t, v in enumerate(c)] for c in composite]
+        composite[0] = [max(c[t] for c in composite) for t in range(n_tokens)]
+        flat = [(v, layer) for layer, c in enumerate(composite) for v in c]
+        n = n_kept(n_layers * n_tokens, ratio)
+        counts = [0] * n_layers
+        for _, layer in sorted(flat, key=lambda x: -x[0])[:n]:
+            counts[layer] += 1
+        return [[max(c, 1, bound)] * n_heads for c in counts]
+    flat = [(v, layer, h) for layer in range(n_layers) for h in range(n_heads) for v in rows[layer][h]]
+    n = n_kept(n_layers * n_heads * n_tokens, ratio)
+    counts = [[0] * n_heads for _ in range(n_layers)]
+    for _, layer, h in sorted(flat, key=lambda x: -x[0])[:n]:
+        counts[layer][h] += 1
+    return [[max(c, 1) for c in layer] for layer in counts]
+
+
+@pytest.mark.parametrize(("structured", "bound"), [(1, 0), (0, 0), (1, 3)])
+def test_kvcompose_budgets_are_global_composite_tokens(llama, structured, bound):
+    import copy
+
+    _, observations = llama
+    method = methods.get("kvcompose", structured=structured, keep_token_lower_bound=bound)
+    rng = np.random.default_rng(11)
+    scores, fed = [], []
+    for obs in observations:  # the re-read's scores as the reconstruction pass caches them
+        s = rng.random((obs.n_kv_heads, N_TOKENS)).astype(np.float32) ** (1 + len(scores))
+        scores.append(s)
+        o = copy.copy(obs)
+        o.reconstruction = {method.reconstruction_key: mx.array(s)}
+        fed.append(o)
+    for ratio in RATIOS:
+        got = kept(fed, "kvcompose", ratio, structured=structured, keep_token_lower_bound=bound)
+        counts = kvcompose_reference(scores, ratio, bool(structured), bound)
+        for s, layer, want in zip(scores, got, counts, strict=True):
+            assert [len(h) for h in layer] == want
+            for h, positions in enumerate(layer):
+                assert list(positions) == sorted(np.argsort(-s[h], kind="stable")[: want[h]].tolist())
+        assert len({len(h) for layer in got for h in layer}) > 1  # the layers' budgets differ
+
+
+def test_kvcompose_without_its_reread_names_the_fix(llama):
+    _, observations = llama
+    with pytest.raises(ValueError, match="re-reads the context: rank it through Session"):
+        kept(observations, "kvcompose", 0.25)
