@@ -115,6 +115,11 @@ class Method:
         kept rows as they were."""
         return cache
 
+    def final_scores(self, pick: Pick) -> np.ndarray | None:
+        """[H_kv, T]: what a `chooses` method finally ranks positions by at this ratio (chunkkv's chunk means), for
+        the heatmap's Score view; None when its own scores tell it."""
+        return None
+
     def choose(self, pick: Pick) -> np.ndarray | list[np.ndarray]:
         """Kept positions of one layer (`chooses` methods): [H_kv, n] or [n] sorted, or H_kv ragged arrays."""
         raise NotImplementedError

@@ -21,7 +21,7 @@ import numpy as np
 from kvcore.declared import param
 from kvcore.methods import budgets
 from kvcore.methods.base import Pick
-from kvcore.methods.chunkkv import check_chunk
+from kvcore.methods.chunkkv import check_chunk, chunk_means
 from kvcore.methods.wrapper import Wrapper, padded_scores
 
 EPSILON = 1e-8  # kvpress's: keeps the entropy of an all-zero chunk finite
@@ -69,6 +69,9 @@ class EntropyGatedChunkKV(Wrapper):
                 f"{self.label}: low_entropy_chunk_length {self.low_entropy_chunk_length} must be below "
                 f"chunk_length {self.chunk_length}: lower it (--param low_entropy_chunk_length=N)"
             )
+
+    def final_scores(self, pick: Pick) -> np.ndarray:
+        return chunk_means(pick, self.inner.always_kept(pick.scores.shape[1]), self.chunk_length)
 
     def choose(self, pick: Pick) -> np.ndarray:
         n_tokens = pick.scores.shape[1]

@@ -191,6 +191,37 @@ def select(
     return out
 
 
+def final_scores(ranking: Ranking, ratio: float) -> list[np.ndarray | None]:
+    """Per layer [H_kv, T]: the scores the kept positions were finally chosen by at `ratio` (a wrapper's chunk
+    means rather than its inner method's scores), what the heatmap's Score view shows; None for a layer not ranked."""
+    method, out = ranking.method, []
+    every = tuple(None if r is None else r.scores for r in ranking.layers)
+    ranked = [s for s in every if s is not None]
+    bounds = (
+        (min(float(s.min()) for s in ranked), max(float(s.max()) for s in ranked)) if ranked else (0.0, 0.0)
+    )
+    counts = layer_budgets(ranking, ratio) if method.chooses else [0] * len(ranking.layers)
+    for i, (layer, n) in enumerate(zip(ranking.layers, counts, strict=True)):
+        if layer is None or not method.chooses:
+            out.append(None if layer is None else layer.scores)
+            continue
+        pick = Pick(
+            ranking.observations[i],
+            layer.scores,
+            layer.order,
+            layer.auxiliary,
+            n,
+            ratio,
+            i,
+            bounds,
+            len(every),
+            every,
+        )
+        found = method.final_scores(pick)
+        out.append(layer.scores if found is None else found)
+    return out
+
+
 def selects_on_device() -> bool:
     """Whether Session builds kept rows on the device (a GPU: uploading them costs more than the gathers) or sends
     them from the host (a CPU: the "upload" is a copy in the same memory, and NumPy sorts faster than MLX there)."""

@@ -281,3 +281,23 @@ def test_kvcompose_without_its_reread_names_the_fix(llama):
     _, observations = llama
     with pytest.raises(ValueError, match="re-reads the context"):
         kept(observations, "kvcompose", 0.25)
+
+
+def chunk_mean_rows(scores: np.ndarray, chunk: int) -> np.ndarray:
+    per_position = scores.astype(np.float64).sum(axis=0)
+    means = [
+        per_position[(t // chunk) * chunk : (t // chunk + 1) * chunk].mean() for t in range(per_position.size)
+    ]
+    return np.broadcast_to(np.array(means, np.float32), scores.shape)
+
+
+@pytest.mark.parametrize("name", ["chunkkv-knorm", "entropy_gated_chunkkv-knorm"])
+def test_final_scores_are_a_chunk_wrappers_chunk_means(llama, name):
+    """The heatmap's Score view reads selection.final_scores: the chunk means a chunk wrapper ranks by."""
+    _, observations = llama
+    ranking = selection.rank(observations, methods.get(name, chunk_length=7))
+    for layer, shown in zip(ranking.layers, selection.final_scores(ranking, 0.25), strict=True):
+        np.testing.assert_allclose(shown, chunk_mean_rows(layer.scores, 7), rtol=1e-5, atol=1e-6)
+    plain = selection.rank(observations, "knorm")
+    for layer, shown in zip(plain.layers, selection.final_scores(plain, 0.25), strict=True):
+        assert shown is layer.scores
