@@ -33,13 +33,28 @@ PARAMS: dict[str, dict[str, Any]] = {
     "chunk-keydiff": {"chunk_length": 256},
     "simlayerkv": {"lazy_threshold": 0.6, "n_recent": 256},
     "dms": {"threshold": 0.001},
+    "kvcompose@unstructured": {"structured": 0},  # NAME@VARIANT runs NAME with these parameters
 }
+
+
+def lukv_curve(n_layers: int, n_kv_heads: int) -> list[float]:
+    """lukv's parity curve (kvpress ships one for Llama-3.1-8B only), flattened [99, L, H_kv]: at compression c the
+    (layer, head) slots prune c·(0.5 + s/(L·H − 1)) for slot s (mean c), at most 0.99; kvpress_reference.py sets
+    the same array as its press's curve."""
+    slots = n_layers * n_kv_heads
+    return [min(0.99, (t + 1) / 100 * (0.5 + s / (slots - 1))) for t in range(99) for s in range(slots)]
 
 
 def _params(method: str, ratio: float, n_layers: int) -> dict[str, Any]:
     """PARAMS, and per_layer_compression's ratios as kvpress_reference.layer_ratios sets them (mean r)."""
     if method.startswith("per_layer_compression"):
         return {"layer_ratios": tuple(ratio * (0.5 + layer / (n_layers - 1)) for layer in range(n_layers))}
+    if method == "lukv":  # kvpress's default inner: ExpectedAttentionPress(epsilon=2e-2)
+        config = json.loads((ROOT / "resources" / "models" / "kvlens-demo" / "config.json").read_text())
+        return {
+            "attention_epsilon": 0.02,
+            "curve": tuple(lukv_curve(n_layers, config["num_key_value_heads"])),
+        }
     return PARAMS.get(method, {})
 
 
@@ -79,15 +94,16 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
         # h2o's sums free the prompt queries that non_causal_attention and compactor read: h2o's methods last.
         entries.sort(key=lambda entry: "h2o" in entry[0])
         for method, schedule, ratio, theirs in entries:
-            method_name, _, query = method.partition("?")  # NAME?PARAM=VALUE&...: with these parameters
+            key, _, query = method.partition("?")  # NAME?PARAM=VALUE&...: with these parameters
             params = {
-                **_params(method_name, ratio, len(theirs)),
+                **_params(key, ratio, len(theirs)),
                 **{
                     k: float(v) if "." in v else int(v)
                     for k, v in (p.split("=") for p in query.split("&") if p)
                 },
             }
-            state = session.compress(CompressionConfig(method_name, ratio, schedule=schedule, params=params))
+            config = CompressionConfig(key.split("@")[0], ratio, schedule=schedule, params=params)
+            state = session.compress(config)
             scores = session.ranking(state.config).layers
             their_sums = reference.get("value_sums", {}).get(f"{method}|{name}|{schedule}|{ratio}")
             if their_sums is not None:  # merging: the kept values' sum per head, relative difference

@@ -47,6 +47,21 @@ def layer_ratios(ratio: float, n_layers: int) -> list[float]:
     return [ratio * (0.5 + layer / (n_layers - 1)) for layer in range(n_layers)]
 
 
+def _lukv(kvpress):
+    """LUKVPress over its default ExpectedAttentionPress(epsilon=2e-2), with the parity curve instead of a download:
+    at compression c the (layer, head) slots prune c·(0.5 + s/(L·H − 1)), at most 0.99 (kvpress_parity.lukv_curve)."""
+    import numpy as np
+
+    class ParityLUKV(kvpress.LUKVPress):
+        def _load_budget_curves(self, model):
+            n_layers, n_heads = self._model_curve_shape(model)
+            slots = np.arange(n_layers * n_heads) / (n_layers * n_heads - 1)
+            c = np.arange(1, 100)[:, None] / 100
+            return np.minimum(0.99, c * (0.5 + slots[None])).reshape(99, n_layers, n_heads)
+
+    return ParityLUKV()
+
+
 def _presses(kvpress):
     """KV Lens method name (`NAME?PARAM=VALUE&...` sets its parameters) -> (kvpress press factory, attention
     implementation it needs)."""
@@ -101,6 +116,12 @@ def _presses(kvpress):
             ),
             "sdpa",
         ),
+        # presses_more: entropy_gated_chunkkv, lukv, kvcompose
+        "entropy_gated_chunkkv": (lambda: kvpress.EntropyGatedChunkKVPress(_snapkv(kvpress)), "sdpa"),
+        "lukv": (lambda: _lukv(kvpress), "sdpa"),
+        # kvcompose re-reads the context after it (eager attention); NAME@VARIANT: kvpress_parity.PARAMS's setting
+        "kvcompose": (kvpress.KVComposePress, "eager"),
+        "kvcompose@unstructured": (lambda: kvpress.KVComposePress(structured=False), "eager"),
     }
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from kvcore.engine.session import CompressedState, Regeneration, Session
+from kvcore.methods.selection import final_scores
 from kvcore.model.loading import ModelInfo
 
 
@@ -102,9 +103,9 @@ def _scores(state: CompressedState, n_heads: int) -> np.ndarray | None:
         return None
     length = state.kept.shape[2]
     out = np.full((len(layers), n_heads, length), np.nan, dtype=np.float32)
-    for i, layer in enumerate(layers):
-        if layer is not None:
-            out[i] = layer.scores
+    for i, scores in enumerate(final_scores(state.ranking, state.config.ratio)):
+        if scores is not None:  # a wrapper's final ranking (chunk means), not its inner method's scores
+            out[i] = scores
     return out
 
 

@@ -144,6 +144,11 @@ class Method:
         """Per-layer budgets when the method sets its own (per_layer_compression); None: the shared rules."""
         return None
 
+    def final_scores(self, pick: Pick) -> np.ndarray | None:
+        """[H_kv, T]: what a `chooses` method finally ranks positions by at this ratio (chunkkv's chunk means), for
+        the heatmap's Score view; None when its own scores tell it."""
+        return None
+
     def choose(self, pick: Pick) -> np.ndarray | list[np.ndarray]:
         """Kept positions of one layer (`chooses` methods): [H_kv, n] or [n] sorted, or H_kv ragged arrays."""
         raise NotImplementedError
@@ -161,6 +166,9 @@ class Pick:
     ratio: float
     layer: int
     score_range: tuple[float, float]  # lowest and highest score over every ranked layer
+    n_layers: int = 0  # layers in the model (lukv's curve holds one row per layer)
+    #: every layer's scores (None where not captured), one tuple per `select` call: global budgets (kvcompose)
+    all_scores: tuple[np.ndarray | None, ...] = ()
 
 
 def window_param() -> Any:

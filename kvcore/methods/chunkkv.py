@@ -25,6 +25,20 @@ def check_chunk(name: str, chunk_length: int, n_tokens: int) -> None:
         )
 
 
+def chunk_means(pick: Pick, always: np.ndarray, chunk_length: int) -> np.ndarray:
+    """[H_kv, T]: each position's chunk score (the mean over its chunk of the head-summed scores), the same in
+    every kv-head: what the chunk wrappers rank by, for the heatmap."""
+    n_heads, n_tokens = pick.scores.shape
+    per_position = padded_scores(pick.scores, always).astype(np.float64).sum(axis=0)
+    means = np.concatenate(
+        [
+            np.full(len(per_position[s : s + chunk_length]), per_position[s : s + chunk_length].mean())
+            for s in range(0, n_tokens, chunk_length)
+        ]
+    )
+    return np.broadcast_to(means.astype(np.float32), (n_heads, n_tokens)).copy()
+
+
 @dataclass(frozen=True)
 class ChunkKV(Wrapper):
     name = "chunkkv"
@@ -36,6 +50,9 @@ class ChunkKV(Wrapper):
     chunk_length: int = param(
         20, "chunk length: the prompt is kept or dropped in chunks of this size", minimum=1
     )
+
+    def final_scores(self, pick: Pick) -> np.ndarray:
+        return chunk_means(pick, self.inner.always_kept(pick.scores.shape[1]), self.chunk_length)
 
     def choose(self, pick: Pick) -> np.ndarray:
         n_tokens = pick.scores.shape[1]

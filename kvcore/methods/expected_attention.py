@@ -4,7 +4,9 @@ The first `n_sink` positions are always kept and left out. From the pre-RoPE que
 after them (statistics recorded at prefill, `kvcore.capture.query_stats`), per query head the mean μ and covariance Σ;
 R̄ = the mean of the model's own RoPE matrices at positions T … T + 511; μ' = R̄μ, Σ' = R̄ΣR̄ᵀ. For a query
 q ~ N(μ', Σ'), E[exp(q·k/√d)] = exp(k·μ'/√d + kᵀΣ'k/(2d)), so score = softmax over the non-sink keys of that
-exponent, mean over the GQA group, times ‖v‖₂ (ε = 0). Sinks score the layer's maximum + 1, as in kvpress.
+exponent, mean over the GQA group, plus `attention_epsilon` (kvpress's epsilon, default 0;
+named apart from criticalkv's, which wraps it), times ‖v‖₂. Sinks score the layer's
+maximum + 1, as in kvpress.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.capture.prefill import BLOCK_ELEMENTS, LayerObservation
+from kvcore.declared import param
 from kvcore.defaults import QUERY_STATS_HEAD
 from kvcore.methods.base import Method, n_sink_param
 
 
-def expected_attention_scores(obs: LayerObservation, n_sink: int) -> mx.array:
+def expected_attention_scores(obs: LayerObservation, n_sink: int, epsilon: float = 0.0) -> mx.array:
     """Scores [H_kv, T] float32 (module docstring)."""
     if obs.latent:
         raise ValueError(
@@ -38,11 +41,11 @@ def expected_attention_scores(obs: LayerObservation, n_sink: int) -> mx.array:
     if n_sink >= obs.n_tokens:
         return mx.ones((obs.n_kv_heads, obs.n_tokens), mx.float32)
     _, mean, cov = stats.moments(n_sink)
-    return scores_from_moments(obs, n_sink, mean, cov, rot)
+    return scores_from_moments(obs, n_sink, mean, cov, rot, epsilon)
 
 
 def scores_from_moments(
-    obs: LayerObservation, n_sink: int, mean: mx.array, cov: mx.array, rot: mx.array
+    obs: LayerObservation, n_sink: int, mean: mx.array, cov: mx.array, rot: mx.array, epsilon: float = 0.0
 ) -> mx.array:
     """Scores [H_kv, T] from pre-RoPE query moments (mean [H_q, D], covariance [H_q, D, D]) and R̄ [D, D], wherever
     the moments come from (the prompt, or a calibration set: expected_attention_stats); n_sink < T."""
@@ -61,7 +64,7 @@ def scores_from_moments(
         logits.append(linear + quadratic)  # [H_kv, group, b]
     probs = mx.softmax(mx.concatenate(logits, axis=-1), axis=-1, precise=True).mean(axis=1)
     values = obs.values[:, n_sink:].astype(mx.float32)
-    scores = probs * mx.sqrt((values * values).sum(axis=-1))
+    scores = (probs + epsilon) * mx.sqrt((values * values).sum(axis=-1))
     sinks = mx.broadcast_to(scores.max() + 1, (n_kv, n_sink))
     return mx.concatenate([sinks, scores], axis=1)
 
@@ -74,9 +77,12 @@ class ExpectedAttention(Method):
 
     #: Capture keeps the first QUERY_STATS_HEAD positions' queries one by one, so the sinks can go up to that.
     n_sink: int = n_sink_param(maximum=QUERY_STATS_HEAD)
+    attention_epsilon: float = param(
+        0.0, "added to each expected attention before it is scaled by ‖v‖₂ (kvpress's epsilon)", minimum=0.0
+    )
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:
-        return expected_attention_scores(obs, self.n_sink)
+        return expected_attention_scores(obs, self.n_sink, self.attention_epsilon)
 
     def always_kept(self, n_tokens: int) -> np.ndarray:
         return np.arange(min(self.n_sink, n_tokens))

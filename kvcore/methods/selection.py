@@ -167,12 +167,24 @@ def select(
             raise ValueError(f"{method.label} keeps positions per kv-head: select per head (per_head=True)")
         return across
     out: list[LayerSelection] = []
+    every = tuple(None if r is None else r.scores for r in ranking.layers)
     for i, (layer, n) in enumerate(zip(ranking.layers, layer_budgets(ranking, ratio), strict=True)):
         if layer is None:
             out.append(None)
         elif method.chooses:
             obs = ranking.observations[i]
-            pick = Pick(obs, layer.scores, layer.order, layer.auxiliary, n, ratio, i, bounds)
+            pick = Pick(
+                obs,
+                layer.scores,
+                layer.order,
+                layer.auxiliary,
+                n,
+                ratio,
+                i,
+                bounds,
+                len(ranking.layers),
+                every,
+            )
             out.append(method.choose(pick))
         elif method.keeps_everything:
             out.append(np.arange(ranking.n_tokens, dtype=np.int32))
@@ -221,6 +233,37 @@ def global_select(ranking: Ranking, ratio: float, layerwise: bool = False) -> li
             offset += n_heads * n_tokens
             order = ranked[k][1].order
             out[ranked[k][0]] = [np.sort(order[h, : max(int(c), 1)]) for h, c in enumerate(counts)]
+    return out
+
+
+def final_scores(ranking: Ranking, ratio: float) -> list[np.ndarray | None]:
+    """Per layer [H_kv, T]: the scores the kept positions were finally chosen by at `ratio` (a wrapper's chunk
+    means rather than its inner method's scores), what the heatmap's Score view shows; None for a layer not ranked."""
+    method, out = ranking.method, []
+    every = tuple(None if r is None else r.scores for r in ranking.layers)
+    ranked = [s for s in every if s is not None]
+    bounds = (
+        (min(float(s.min()) for s in ranked), max(float(s.max()) for s in ranked)) if ranked else (0.0, 0.0)
+    )
+    counts = layer_budgets(ranking, ratio) if method.chooses else [0] * len(ranking.layers)
+    for i, (layer, n) in enumerate(zip(ranking.layers, counts, strict=True)):
+        if layer is None or not method.chooses:
+            out.append(None if layer is None else layer.scores)
+            continue
+        pick = Pick(
+            ranking.observations[i],
+            layer.scores,
+            layer.order,
+            layer.auxiliary,
+            n,
+            ratio,
+            i,
+            bounds,
+            len(every),
+            every,
+        )
+        found = method.final_scores(pick)
+        out.append(layer.scores if found is None else found)
     return out
 
 
