@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
+from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QSpinBox
 
 from app.widgets.controls import CompressionControls
 from kvcore import methods
@@ -61,7 +61,8 @@ def test_every_method_shows_each_declared_parameter(qtbot):
             ):  # a list (per_layer_compression's layer_ratios) is set with --param, no spin box
                 assert spin is None
                 continue
-            assert isinstance(spin, QDoubleSpinBox if p.kind is float else QSpinBox), (name, p.name)
+            want = QComboBox if p.choices else QDoubleSpinBox if p.kind is float else QSpinBox
+            assert isinstance(spin, want), (name, p.name)
             assert p.help in spin.toolTip()
 
 
