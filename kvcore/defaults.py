@@ -155,3 +155,6 @@ DEFAULT_RULER_HAYSTACK = "code"
 #: h2o_online (Zhang et al. 2023): the share of a decoding budget kept as the recent window; the rest are heavy
 #: hitters (the paper splits its cache evenly between the two).
 H2O_RECENT_SHARE = 0.5
+
+#: cam (Zhang et al. 2024, kvpress's CAMPress): the kept rows after an evicted one that its value is merged into.
+CAM_MERGE_BUDGET = 32

@@ -35,18 +35,24 @@ def full(session):
 def _layer0(session, tokens):
     """Layer 0's post-RoPE queries [H_q, P, D], keys [H_kv, P, D] (float64) and scale over prompt + `tokens`: they
     depend only on each token and its position, so a dense pass gives exactly what the decode scored."""
+    q, k, _, scale = _layer0_qkv(session, tokens)
+    return q, k, scale
+
+
+def _layer0_qkv(session, tokens):
+    """_layer0 with the values [H_kv, P, D] too (as fed: before any merge)."""
     cache = make_prompt_cache(session.model)
     seen = {}
 
     def observe(queries, keys, values, layer, scale, mask, latent=False):
         if layer is cache[0]:
-            seen.update(q=queries[0], k=keys[0], scale=scale)
+            seen.update(q=queries[0], k=keys[0], v=values[0], scale=scale)
 
     with attention.observing(observe):
         session.model(mx.array([[*session.prompt_ids, *tokens]]), cache=cache)
-    mx.eval(seen["q"], seen["k"])
+    mx.eval(seen["q"], seen["k"], seen["v"])
     f64 = lambda a: np.array(a.astype(mx.float32)).astype(np.float64)  # noqa: E731
-    return f64(seen["q"]), f64(seen["k"]), seen["scale"]
+    return f64(seen["q"]), f64(seen["k"]), f64(seen["v"]), seen["scale"]
 
 
 def _softmax(x):
@@ -248,3 +254,52 @@ def test_cli_timeline_needs_a_decoding_policy(tmp_path, prompt_file, capsys):
     with pytest.raises(SystemExit, match="2"):
         main([*argv, "--decode-method", "snapkv", "--decode-budget", "4", "--decode-ratio", "0.5"])
     assert "--decode-ratio: not allowed with argument --decode-budget" in capsys.readouterr().err
+
+
+def test_cam_merges_evicted_values_as_a_float64_replay(session, full):
+    budget, n_sink, interval, merge_budget = 9, 2, 3, 3
+    policy = DecodingPolicy("cam", budget=budget, interval=interval, n_sink=n_sink, merge_budget=merge_budget)
+    run = decode_with_policy(session, full, policy, N, keep_cache=True)
+    q, k, v, scale = _layer0_qkv(session, run.tokens)
+    n_kv, group, T = k.shape[0], q.shape[0] // k.shape[0], run.n_start
+    held = [list(range(T)) for _ in range(n_kv)]
+    values = [{p: v[h, p] for p in range(q.shape[1])} for h in range(n_kv)]
+    sums = [
+        dict.fromkeys(range(q.shape[1]), 0.0) for _ in range(n_kv)
+    ]  # decode-time attention, mean over group
+    last, merged = 0, 0
+    for c in run.compressions:
+        for h in range(n_kv):
+            held[h] = held[h] + list(range(T + last, T + c.step))
+            rows = np.array(held[h])
+            for p in range(T + last, T + c.step):  # each fed token over the rows held when it was fed
+                visible = rows[rows <= p]
+                for hq in range(h * group, (h + 1) * group):
+                    probs = _softmax(q[hq, p] @ k[h, visible].T * scale) / group
+                    for pos, a in zip(visible, probs, strict=True):
+                        sums[h][pos] += a
+            keep = sorted({*rows[rows < n_sink].tolist(), *rows[-(budget - n_sink) :].tolist()})
+            assert c.kept[0][h] == keep
+            evicted = [p for p in held[h] if p not in keep][-(c.step - last) :] if c.step > last else []
+            before = {p: values[h][p].copy() for p in held[h]}
+            pairs, weights = [], []
+            for e in evicted:
+                targets = [p for p in keep if p > e][:merge_budget]
+                mean = np.mean([sums[h][t] for t in targets])
+                prob = 0.0 if mean == 0 else min(1.0, max(0.0, sums[h][e] / mean))
+                for t in targets:
+                    values[h][t] = values[h][t] + prob * before[e] / len(targets)
+                    pairs.append((e, t))
+                    weights.append(prob / len(targets))
+            merge = c.merges[0][h]
+            assert merge.pairs.tolist() == [list(p) for p in pairs]
+            np.testing.assert_allclose(merge.weight, weights, rtol=1e-5, atol=1e-7)
+            merged += sum(w > 0 for w in weights)
+            held[h] = keep
+        last = c.step
+    assert merged > 0
+    layer = run.cache[0]
+    stored = np.array(layer.keys_and_values()[1][0].astype(mx.float32))
+    for h, pos in enumerate(layer.retained_positions):
+        expected = np.stack([values[h][p] for p in pos.tolist()])
+        np.testing.assert_allclose(stored[h, : len(pos)], expected, rtol=1e-4, atol=1e-5)
