@@ -158,3 +158,11 @@ H2O_RECENT_SHARE = 0.5
 
 #: cam (Zhang et al. 2024, kvpress's CAMPress): the kept rows after an evicted one that its value is merged into.
 CAM_MERGE_BUDGET = 32
+
+#: rkv (Cai et al. 2025, R-KV), the authors' released defaults: the observation window (latest queries, always
+#: kept), the max-pooling kernel over their attention, λ mixing importance and redundancy, and the cosine similarity
+#: above which two keys count as redundant.
+RKV_WINDOW = 8
+RKV_KERNEL = 7
+RKV_LAMBDA = 0.07
+RKV_SIMILARITY_THRESHOLD = 0.5

@@ -35,9 +35,18 @@ from kvcore.methods import get
 from kvcore.methods.base import Method
 
 #: Prefill methods that re-score the cache from keys, values and recent queries alone.
-RESCORING_METHODS = ("snapkv", "tova", "keydiff", "adakv", "adakv-snapkv", "adakv-knorm", "adakv-keydiff")
+RESCORING_METHODS = (
+    "snapkv",
+    "tova",
+    "keydiff",
+    "rkv",
+    "adakv",
+    "adakv-snapkv",
+    "adakv-knorm",
+    "adakv-keydiff",
+)
 #: Methods whose scores read the observation window's queries (the rest read keys and values only).
-_READS_QUERIES = ("snapkv", "tova")
+_READS_QUERIES = ("snapkv", "tova", "rkv")
 H2O_ONLINE = "h2o_online"
 
 __all__ = ["H2O_ONLINE", "RESCORING_METHODS", "QueryBuffer", "Rescorer", "h2o_recent"]

@@ -303,3 +303,41 @@ def test_cam_merges_evicted_values_as_a_float64_replay(session, full):
     for h, pos in enumerate(layer.retained_positions):
         expected = np.stack([values[h][p] for p in pos.tolist()])
         np.testing.assert_allclose(stored[h, : len(pos)], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_rkv_policy_scores_importance_minus_redundancy_as_numpy(session, full):
+    window, kernel, lam, threshold = 3, 7, 0.07, 0.5
+    policy = DecodingPolicy("rkv", budget=10, interval=4, window=window)
+    run = decode_with_policy(session, full, policy, N, keep_scores=True)
+    q, k, scale = _layer0(session, run.tokens)
+    group, last = q.shape[0] // k.shape[0], 0
+    checked = 0
+    for c in run.compressions:
+        if c.step == 0:  # before decoding the window is the prompt's last queries (as snapkv's test checks)
+            last = c.step
+            continue
+        win = np.arange(run.n_start + last, run.n_start + c.step)[-window:]
+        for h, held in enumerate(c.held[0]):
+            held = np.array(held)
+            n_before = len(held) - len(win)
+            logits = q[h * group : (h + 1) * group][:, win] @ k[h, held].T * scale
+            probs = _softmax(np.where(held[None, None] <= win[None, :, None], logits, -np.inf))
+            votes = probs[..., :n_before].mean(axis=1).mean(axis=0)
+            padded = np.pad(votes, kernel // 2, constant_values=-np.inf)
+            importance = np.max([padded[i : i + n_before] for i in range(kernel)], axis=0)
+            unit = k[h, held] / (np.linalg.norm(k[h, held], axis=-1, keepdims=True) + 1e-8)
+            sim = unit @ unit.T
+            np.fill_diagonal(sim, 0.0)
+            cols = np.arange(len(held))
+            last_similar = np.where(sim > threshold, cols[None], 0).max(axis=-1)
+            sim[cols, last_similar] = 0.0
+            redundancy = _softmax(sim.mean(axis=-1))[:n_before]
+            score = lam * importance - (1 - lam) * redundancy
+            np.testing.assert_allclose(c.scores[0][h][:n_before], score, rtol=1e-4, atol=1e-6)
+            ranked = np.concatenate(
+                [np.arange(len(held) - 1, n_before - 1, -1), np.argsort(-score, kind="stable")]
+            )
+            assert c.kept[0][h] == sorted(held[ranked[:10]].tolist())
+            checked += 1
+        last = c.step
+    assert checked
