@@ -341,3 +341,47 @@ def test_rkv_policy_scores_importance_minus_redundancy_as_numpy(session, full):
             checked += 1
         last = c.step
     assert checked
+
+
+def test_expected_attention_policy_takes_its_statistics_from_the_recent_queries(session, full):
+    from kvcore.capture.query_stats import Taps, future_rotation, tapped
+
+    policy = DecodingPolicy("expected_attention", budget=10, interval=4)
+    run = decode_with_policy(session, full, policy, N, keep_scores=True)
+    cache, taps, seen = make_prompt_cache(session.model), Taps(), {}
+
+    def observe(queries, keys, values, layer, scale, mask, latent=False):
+        found = taps.pre_rope(queries)
+        if layer is cache[0]:
+            seen.update(pre=found[0][0], rope=found[1], k=keys[0], v=values[0])
+
+    with tapped(session.model, taps), attention.observing(observe):
+        session.model(mx.array([[*session.prompt_ids, *run.tokens]]), cache=cache)
+    f64 = lambda a: np.array(a.astype(mx.float32)).astype(np.float64)  # noqa: E731
+    pre, k, v = f64(seen["pre"]), f64(seen["k"]), f64(seen["v"])
+    group, head_dim, n_sink, last, checked = pre.shape[0] // k.shape[0], k.shape[-1], 4, 0, 0
+    for c in run.compressions:
+        if c.step:
+            window = np.arange(run.n_start + last, run.n_start + c.step)
+            rot = f64(future_rotation(seen["rope"], head_dim, int(window[-1]) + 1))
+            for h, held in enumerate(c.held[0]):
+                held = np.array(held)
+                keys = k[h, held[n_sink:]]
+                probs = []
+                for hq in range(h * group, (h + 1) * group):
+                    q = pre[hq, window]
+                    mean, cov = rot @ q.mean(axis=0), rot @ np.cov(q.T, bias=True) @ rot.T
+                    logits = keys @ mean / np.sqrt(head_dim) + ((keys @ cov) * keys).sum(-1) / (2 * head_dim)
+                    probs.append(_softmax(logits))
+                score = np.mean(probs, axis=0) * np.linalg.norm(v[h, held[n_sink:]], axis=-1)
+                np.testing.assert_allclose(c.scores[0][h][n_sink:], score, rtol=1e-4, atol=1e-6)
+                checked += 1
+        last = c.step
+    assert checked
+
+
+def test_expected_attention_policy_without_a_rope_module_is_refused_in_one_line():
+    from kvcore.engine.decode_scoring import Rescorer
+
+    with pytest.raises(ValueError, match="rope module"):
+        Rescorer("expected_attention", prompt=[])._window_stats(0, mx.zeros((2, 1, 4)), 5)
