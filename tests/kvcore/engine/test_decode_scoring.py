@@ -385,3 +385,49 @@ def test_expected_attention_policy_without_a_rope_module_is_refused_in_one_line(
 
     with pytest.raises(ValueError, match="rope module"):
         Rescorer("expected_attention", prompt=[])._window_stats(0, mx.zeros((2, 1, 4)), 5)
+
+
+def test_decoding_sweep_reuses_the_one_dense_continuation(session):
+    from kvcore.engine.sweep import decode_grid, run_decode_sweep
+
+    configs = [CompressionConfig("full", 1.0), CompressionConfig("snapkv", 0.5)]
+    policies = decode_grid(["streaming_llm", "cam"], [9, 12], interval=4, n_sink=2)
+    dense, calls = session.dense_tokens, session.forward_calls
+    points = list(run_decode_sweep(session, configs, policies, N))
+    assert len(points) == 4 * 2 and session.dense_tokens is dense
+    # every forward pass of the sweep is a decode step of some point: nothing dense was decoded again
+    each = {}
+    for cfg in configs:
+        state = session.compress(cfg)
+        for p in policies:
+            before = session.forward_calls
+            run = decode_with_policy(session, state, p, N)
+            each[cfg.method, p.method, p.budget] = (session.forward_calls - before, run.tokens)
+    steps = 0
+    for point in points:
+        forward, tokens = each[point.config.method, point.policy.method, point.policy.budget]
+        steps += forward
+        same = sum(a == b for a, b in zip(dense, tokens, strict=False)) / N
+        assert point.metrics["decode_agreement"] == same and point.metrics["decode_tokens"] == N
+    assert steps == session.forward_calls - calls - steps
+
+
+def test_cli_sweep_takes_decoding_axes(model_dirs, prompt_file, tmp_path, capsys):
+    out = tmp_path / "d.csv"
+    argv = ["sweep", "--model", str(model_dirs["llama"]), "--prompt-file", str(prompt_file), "--tokens", "8"]
+    argv += ["--methods", "snapkv", "--ratios", "0.5", "--bits", "16", "--csv", str(out), "--n-sink", "2"]
+    argv += ["--decode-methods", "streaming_llm,rkv", "--decode-budgets", "8,12", "--decode-interval", "4"]
+    assert main(argv) == 0
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["decode_method"], r["decode_budget"]) for r in rows] == [
+        ("streaming_llm", "8"),
+        ("streaming_llm", "12"),
+        ("rkv", "8"),
+        ("rkv", "12"),
+    ]
+    assert all(
+        r["method"] == "snapkv" and int(r["max_cache_tokens"]) <= int(r["decode_budget"]) + 4 for r in rows
+    )
+    assert main([*argv[:-4], "--decode-methods", "snapkv"]) == 2
+    assert "--decode-budgets go together" in capsys.readouterr().err
