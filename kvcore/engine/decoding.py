@@ -205,12 +205,14 @@ class Compression:
     """One eviction: the logical positions each (layer, kv-head) kept, and the cache after it."""
 
     step: int  # tokens appended before it (0: the state was above the budget before decoding)
-    kept: list[list[list[int]] | None]  # [layer][kv_head] kept positions; None for a layer stored whole
+    #: [layer][kv_head] kept positions (sorted int32 arrays: an 8k-token run keeps hundreds of these, as Python
+    #: lists they would weigh ~10x more); None for a layer stored whole
+    kept: list[list[np.ndarray] | None]
     rows: list[int]
     bytes: int
     #: With decode_with_policy(keep_scores=True) and a re-scoring policy: the positions each (layer, kv-head) held
     #: before the eviction and the policy's score of each (None for a layer it left alone).
-    held: list[list[list[int]] | None] | None = None
+    held: list[list[np.ndarray] | None] | None = None
     scores: list[list[np.ndarray] | None] | None = None
     #: cam: [layer][kv_head] the values merged at this eviction (None for a layer it left alone).
     merges: list[list[CamMerge] | None] | None = None
@@ -228,7 +230,7 @@ class DecodingRun:
     start_bytes: int = 0
     #: [layer][kv_head] the positions the state held before decoding (None for a layer stored whole), and how many
     #: positions were written before it: the k-th token appended sits at position n_start + k − 1.
-    start_kept: list[list[list[int]] | None] = field(default_factory=list)
+    start_kept: list[list[np.ndarray] | None] = field(default_factory=list)
     n_start: int = 0
     interrupted: bool = False  # Ctrl-C stopped the decode: `tokens` holds what was generated until then
     #: Wall time of the checks while decoding: from the evaluated step before each to its evaluated result
@@ -297,7 +299,7 @@ def decode_with_policy(
     run = DecodingRun(policy, [], start_rows=_rows(cache), start_bytes=caches.cache_tensor_bytes(cache))
     evictor = _Evictor(policy, run, cache, session, state, keep_scores)
     run.n_start = evictor.n_start
-    run.start_kept = [None if p is None else [q.tolist() for q in p] for p in map(_positions, cache)]
+    run.start_kept = [_int32(p) for p in map(_positions, cache)]
     if policy.evict_before_decoding:
         cache = evictor.evict(cache, 0)
     elif evictor.rescorer is not None:  # h2o_online still starts from the prompt's sums
@@ -463,10 +465,7 @@ class _Evictor:
                 merges[i] = plan.merges
         if self.buffer is not None:
             self.buffer.bind(cache)
-        kept = [
-            None if p is None else [q.tolist() for q in _positions(c)]
-            for c, p in zip(cache, held, strict=True)
-        ]
+        kept = [None if p is None else _int32(_positions(c)) for c, p in zip(cache, held, strict=True)]
         detail = self.keep and rescorer is not None
         self.run.compressions.append(
             Compression(
@@ -474,7 +473,7 @@ class _Evictor:
                 kept,
                 _rows(cache),
                 caches.cache_tensor_bytes(cache),
-                held=[None if p is None else [q.tolist() for q in p] for p in held] if detail else None,
+                held=[_int32(p) for p in held] if detail else None,
                 scores=scores if detail else None,
                 merges=merges,
             )
@@ -504,6 +503,11 @@ def _positions(layer: Any) -> list[np.ndarray] | None:
     keys = layer.keys[0] if isinstance(layer.keys, tuple | list) else layer.keys
     n_heads = int(keys.shape[1])
     return [np.arange(layer.offset, dtype=np.int32)] * n_heads
+
+
+def _int32(positions: list[np.ndarray] | None) -> list[np.ndarray] | None:
+    """Per-head positions as their own int32 arrays (a record that outlives the cache)."""
+    return None if positions is None else [np.array(p, dtype=np.int32) for p in positions]
 
 
 def _rows(cache: list[Any]) -> list[int]:

@@ -111,7 +111,7 @@ def test_snapkv_policy_keeps_what_numpy_keeps_on_the_same_recent_queries(session
             np.testing.assert_allclose(c.scores[0][h], expected, rtol=1e-4, atol=1e-6)
             rest = np.argsort(-expected[: len(held) - len(window)], kind="stable")
             ranked = np.concatenate([np.arange(len(held) - 1, len(held) - 1 - len(window), -1), rest])
-            assert c.kept[0][h] == sorted(held[ranked[:10]].tolist())
+            assert c.kept[0][h].tolist() == sorted(held[ranked[:10]].tolist())
         last = c.step
 
 
@@ -130,7 +130,7 @@ def test_h2o_online_scores_equal_a_float64_replay(session, full):
     for c in run.compressions:
         for h in range(k.shape[0]):
             held[h] = held[h] + list(range(T + last, T + c.step))
-            assert c.held[0][h] == held[h]
+            assert c.held[0][h].tolist() == held[h]
             rows = np.array(held[h])
             for p in range(T + last, T + c.step):
                 for hq in range(h * group, (h + 1) * group):
@@ -140,8 +140,8 @@ def test_h2o_online_scores_equal_a_float64_replay(session, full):
             np.testing.assert_allclose(c.scores[0][h], score, rtol=1e-5, atol=1e-7)
             recent = h2o_recent(10)
             heavy = np.argsort(-score[:-recent], kind="stable")[: 10 - recent]
-            assert c.kept[0][h] == sorted([*rows[heavy].tolist(), *rows[-recent:].tolist()])
-            held[h] = c.kept[0][h]
+            assert c.kept[0][h].tolist() == sorted([*rows[heavy].tolist(), *rows[-recent:].tolist()])
+            held[h] = c.kept[0][h].tolist()
         last = c.step
     assert last > 0
 
@@ -159,6 +159,7 @@ def test_dms_evicts_older_keys_below_the_threshold_and_keeps_the_window(session,
     evicted_some = False
     for c, before in held_before(run):
         for h, (kept, held) in enumerate(zip(c.kept[0], before[0], strict=True)):
+            kept, held = kept.tolist(), held.tolist()
             window, older = held[-6:], np.array(held[:-6], dtype=int)
             expected = [p for p in older.tolist() if -norms[h, p] >= threshold + 1e-4]
             assert set(window) <= set(kept) and set(expected) <= set(kept)
@@ -279,7 +280,7 @@ def test_cam_merges_evicted_values_as_a_float64_replay(session, full):
                     for pos, a in zip(visible, probs, strict=True):
                         sums[h][pos] += a
             keep = sorted({*rows[rows < n_sink].tolist(), *rows[-(budget - n_sink) :].tolist()})
-            assert c.kept[0][h] == keep
+            assert c.kept[0][h].tolist() == keep
             evicted = [p for p in held[h] if p not in keep][-(c.step - last) :] if c.step > last else []
             before = {p: values[h][p].copy() for p in held[h]}
             pairs, weights = [], []
@@ -337,7 +338,7 @@ def test_rkv_policy_scores_importance_minus_redundancy_as_numpy(session, full):
             ranked = np.concatenate(
                 [np.arange(len(held) - 1, n_before - 1, -1), np.argsort(-score, kind="stable")]
             )
-            assert c.kept[0][h] == sorted(held[ranked[:10]].tolist())
+            assert c.kept[0][h].tolist() == sorted(held[ranked[:10]].tolist())
             checked += 1
         last = c.step
     assert checked
