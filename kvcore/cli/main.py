@@ -201,9 +201,10 @@ def _add_decoding(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--decode-method",
         help="a decoding-time policy that evicts while the model writes: streaming_llm (the --n-sink sinks and "
-        "the most recent tokens), knorm, snapkv, tova, keydiff, adakv, adakv-snapkv, adakv-knorm, adakv-keydiff "
-        "(re-scoring the cache from the latest tokens' queries), h2o_online (H2O's accumulated attention) or dms "
-        "(--decode-budget is its sliding window; older keys scoring −‖k‖ below --decode-threshold are evicted)",
+        "the most recent tokens), knorm, snapkv, tova, keydiff, adakv, adakv-snapkv, adakv-knorm, adakv-keydiff, "
+        "rkv, expected_attention (re-scoring the cache from the latest tokens' queries), h2o_online (H2O's "
+        "accumulated attention), cam (streaming_llm whose evicted values merge into the kept rows after them) or "
+        "dms (--decode-budget is its sliding window; older keys scoring −‖k‖ below --decode-threshold are evicted)",
     )
     size = s.add_mutually_exclusive_group()
     size.add_argument("--decode-budget", type=int, help="with --decode-method: rows kept per kv-head")
@@ -883,7 +884,7 @@ def _decode_summary(
 ) -> dict[str, Any]:
     """The continuation under a decoding policy against the dense one (computed once, at the prefill): cache size,
     bytes, agreement. Ctrl-C keeps what was generated (`decode_interrupted`); --timeline writes its CSV."""
-    from kvcore.engine.decode_report import decode_metrics
+    from kvcore.engine.decode_report import decode_summary
     from kvcore.engine.decoding import decode_with_policy
     from kvcore.engine.timeline import of_run, write_timeline_csv
 
@@ -898,7 +899,7 @@ def _decode_summary(
         print(f"kvlens: interrupted: {len(run.tokens)} of {n} tokens kept", file=sys.stderr)
     if timeline is not None:
         write_timeline_csv(timeline, of_run(run))
-    return {**decode_metrics(session, run), "decode_text": session.tokenizer.decode(run.tokens)}
+    return {**decode_summary(session, run), "decode_text": session.tokenizer.decode(run.tokens)}
 
 
 def _json_safe(value: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 from kvcore.engine.decoding import DecodingRun
 from kvcore.measure.metrics import first_divergence
 
-__all__ = ["DECODE_COLUMNS", "decode_metrics"]
+__all__ = ["DECODE_COLUMNS", "decode_summary"]
 
 #: The summary of one decoding run (the `kvlens compress --decode-*` JSON keys and `kvlens sweep`'s decode columns).
 DECODE_COLUMNS: tuple[str, ...] = (
@@ -30,7 +30,7 @@ DECODE_COLUMNS: tuple[str, ...] = (
 )
 
 
-def decode_metrics(session: Any, run: DecodingRun) -> dict[str, Any]:
+def decode_summary(session: Any, run: DecodingRun) -> dict[str, Any]:
     """DECODE_COLUMNS of `run`: its policy, cache size and bytes, and top-1 agreement / first divergence against
     the session's dense continuation (as many tokens as both have)."""
     policy = run.policy

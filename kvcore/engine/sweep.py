@@ -27,7 +27,7 @@ from kvcore.defaults import (
     UNQUANTIZED_BITS,
     bits_or_none,
 )
-from kvcore.engine.decode_report import DECODE_COLUMNS, decode_metrics
+from kvcore.engine.decode_report import DECODE_COLUMNS, decode_summary
 from kvcore.engine.decoding import DecodeCancelled, DecodingPolicy, decode_with_policy
 from kvcore.engine.questions import Question, accuracy
 from kvcore.engine.session import Cancelled, CompressionConfig, Session
@@ -241,7 +241,7 @@ class DecodeSweepPoint:
     index: int
     config: CompressionConfig
     policy: DecodingPolicy
-    metrics: dict[str, Any]  # kvcore.engine.decode_report.decode_metrics
+    metrics: dict[str, Any]  # kvcore.engine.decode_report.decode_summary
     seconds: float  # compress + decode wall time
 
     def row(self) -> dict[str, Any]:
@@ -291,7 +291,7 @@ def run_decode_sweep(
                 return
             index = c * len(policies) + p
             seconds = time.perf_counter() - start + (compress_seconds if p == 0 else 0.0)
-            point = DecodeSweepPoint(index, cfg, policy, decode_metrics(session, run), seconds)
+            point = DecodeSweepPoint(index, cfg, policy, decode_summary(session, run), seconds)
             if on_progress is not None:
                 on_progress(index + 1, total, point)
             yield point
