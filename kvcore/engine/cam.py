@@ -9,7 +9,9 @@ dropped its value is merged into rows that stay, so its information is not simpl
   sum starts at the first decode step). The sums follow their rows through evictions.
 - The merge candidates of a check are the k latest evicted rows, k = tokens appended since the previous eviction
   (kvpress's layer_step_counts; the rolling window's evicted rows all tie at score 0, kvpress breaks ties by the
-  later position). At interval 1 that is the single row leaving the window, the authors' per-step algorithm.
+  later position). At interval 1 that is the single row leaving the window, the authors' per-step algorithm; an
+  eviction before the first token (a prefill kept more than the budget) merges nothing (k = 0, no decode-time
+  attention yet), as kvpress's CAMPress only acts on decoding steps.
 - Row e merges into the `merge_budget` kept rows right after it in position order (fewer when fewer follow), with
   probability p_e = clamp(A_e / mean_t A_t over those targets, 0, 1) (0 for 0/0, 1 for x/0); each target gets
   p_e · v_e / n_targets added to its value. kvpress draws a Bernoulli(p_e) merge mask; KV Lens adds its expected
