@@ -46,7 +46,10 @@ def write_ids(path: Path, names: list[str]) -> None:
         args = POLICIES[name]
         policy = DecodingPolicy(interval=INTERVAL, evict_before_decoding=False, **args)
         run = decode_with_policy(session, state, policy, N_TOKENS)
-        kept = {str(c.step): c.kept for c in run.compressions}
+        kept = {
+            str(c.step): [None if h is None else [p.tolist() for p in h] for h in c.kept]
+            for c in run.compressions
+        }
         out.append(
             {
                 "name": name,

@@ -165,3 +165,14 @@ KEEP_PROMPT_QUERIES_BYTES = 64 * 2**20
 APP_DATA_NAME = "KV Lens"  # platformdirs' application folder name
 DATA_DIR_ENV = "KVLENS_DATA_DIR"  # overrides the user data folder (tests, shared machines)
 CALIBRATION_VERSION = 1  # the artifact format; a file of another version is refused, never overwritten
+
+#: cam (Zhang et al. 2024, kvpress's CAMPress): the kept rows after an evicted one that its value is merged into.
+CAM_MERGE_BUDGET = 32
+
+#: rkv (Cai et al. 2025, R-KV), the authors' released defaults: the observation window (latest queries, always
+#: kept), the max-pooling kernel over their attention, λ mixing importance and redundancy, and the cosine similarity
+#: above which two keys count as redundant.
+RKV_WINDOW = 8
+RKV_KERNEL = 7
+RKV_LAMBDA = 0.07
+RKV_SIMILARITY_THRESHOLD = 0.5

@@ -187,6 +187,7 @@ def _parser() -> argparse.ArgumentParser:
                 help="the values' widths, comma-separated (default: each the keys'); e.g. --bits 8 --value-bits 4,8",
             )
             s.add_argument("--plot", type=Path, help="write the memory-quality frontier as PNG or SVG")
+            _add_decode_axes(s)
             s.add_argument(
                 "--metric",
                 choices=[m for m in METRICS if m not in ("needle_recall", "question_accuracy")],
@@ -202,9 +203,10 @@ def _add_decoding(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--decode-method",
         help="a decoding-time policy that evicts while the model writes: streaming_llm (the --n-sink sinks and "
-        "the most recent tokens), knorm, snapkv, tova, keydiff, adakv, adakv-snapkv, adakv-knorm, adakv-keydiff "
-        "(re-scoring the cache from the latest tokens' queries), h2o_online (H2O's accumulated attention) or dms "
-        "(--decode-budget is its sliding window; older keys scoring −‖k‖ below --decode-threshold are evicted)",
+        "the most recent tokens), knorm, snapkv, tova, keydiff, adakv, adakv-snapkv, adakv-knorm, adakv-keydiff, "
+        "rkv, expected_attention (re-scoring the cache from the latest tokens' queries), h2o_online (H2O's "
+        "accumulated attention), cam (streaming_llm whose evicted values merge into the kept rows after them) or "
+        "dms (--decode-budget is its sliding window; older keys scoring −‖k‖ below --decode-threshold are evicted)",
     )
     size = s.add_mutually_exclusive_group()
     size.add_argument("--decode-budget", type=int, help="with --decode-method: rows kept per kv-head")
@@ -227,6 +229,47 @@ def _add_decoding(s: argparse.ArgumentParser) -> None:
         help="with --decode-method: write the cache timeline as CSV (step, layer, kv_head, position, kept: every "
         "position each head held at each eviction)",
     )
+
+
+def _add_decode_axes(s: argparse.ArgumentParser) -> None:
+    """sweep: decoding policies as axes (every prefill configuration × every decoding method × budget)."""
+    s.add_argument(
+        "--decode-methods",
+        help="decoding policies to sweep, comma-separated (e.g. streaming_llm,snapkv,h2o_online): each prefill "
+        "configuration then decodes --tokens under each, against the one dense continuation; --csv gets one row "
+        "per (configuration, policy)",
+    )
+    s.add_argument("--decode-budgets", help="with --decode-methods: rows kept per kv-head, comma-separated")
+    s.add_argument(
+        "--decode-interval",
+        type=int,
+        default=DEFAULT_DECODE_INTERVAL,
+        help=f"with --decode-methods: generated tokens between evictions (default {DEFAULT_DECODE_INTERVAL})",
+    )
+
+
+def _decode_axes(args: argparse.Namespace) -> list | None:
+    """sweep's --decode-methods × --decode-budgets as DecodingPolicy objects, or None; refused before the model."""
+    methods, budgets = getattr(args, "decode_methods", None), getattr(args, "decode_budgets", None)
+    if methods is None and budgets is None:
+        return None
+    if methods is None or budgets is None:
+        raise UsageError(
+            "--decode-methods and --decode-budgets go together: give both (e.g. snapkv and 128,256)"
+        )
+    if getattr(args, "prompts", None) is not None or getattr(args, "plot", None) is not None:
+        raise UsageError("--decode-methods sweeps one prompt to --csv: drop --prompts / --plot")
+    from kvcore.engine.sweep import decode_grid
+
+    try:
+        return decode_grid(
+            _split(methods, str, "decode-methods"),
+            _split(budgets, int, "decode-budgets"),
+            args.decode_interval,
+            args.n_sink,
+        )
+    except ValueError as exc:
+        raise UsageError(f"--decode-*: {exc}") from None
 
 
 def _decoding_policy(args: argparse.Namespace) -> Any:
@@ -691,6 +734,7 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
     if args.tokens < 1:
         raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
     args.decoding_policy = _decoding_policy(args)
+    args.decode_policies = _decode_axes(args)
     questions = None
     if getattr(args, "questions", None) is not None:
         from kvcore.sets.questions_file import load_questions
@@ -760,6 +804,8 @@ def _session_model(args: argparse.Namespace) -> str:
 def _sweep(args: argparse.Namespace, session: Any, configs: list, plot_writer: PlotWriter | None) -> int:
     from kvcore.engine.sweep import run_sweep
 
+    if args.decode_policies:
+        return _decode_sweep(args, session, configs)
     points = list(
         run_sweep(session, configs, on_progress=lambda done, total, p: _progress(done, total, p.config))
     )
@@ -774,6 +820,28 @@ def _sweep(args: argparse.Namespace, session: Any, configs: list, plot_writer: P
         f"{len(configs)} configurations; {len(rows)} rows"
         + (f" written to {', '.join(written)}" if written else "")
     )
+    return 0
+
+
+def _decode_sweep(args: argparse.Namespace, session: Any, configs: list) -> int:
+    """Every configuration × decoding policy (kvcore.engine.sweep.run_decode_sweep), one CSV row each."""
+    from kvcore.engine.sweep import DECODE_SWEEP_COLUMNS, run_decode_sweep
+
+    def progress(done: int, total: int, point: Any) -> None:
+        draw_progress(done, total, f"{point.config.method} {point.config.ratio:g} + {point.policy.label()}")
+
+    points = list(run_decode_sweep(session, configs, args.decode_policies, args.tokens, on_progress=progress))
+    end_progress()
+    rows = [p.row() for p in points]
+    if args.csv is not None:
+        write_csv(args.csv, rows, DECODE_SWEEP_COLUMNS)
+    for row in rows:
+        print(
+            f"{row['method']} {row['ratio']:g} + {row['decode_method']} {row['decode_budget']}: agreement "
+            f"{row['decode_agreement']:.3f}, first divergence {row['decode_first_divergence']}, "
+            f"max cache {row['max_cache_tokens']}"
+        )
+    print(f"{len(rows)} points" + (f" written to {args.csv}" if args.csv is not None else ""))
     return 0
 
 
@@ -834,9 +902,9 @@ def _decode_summary(
 ) -> dict[str, Any]:
     """The continuation under a decoding policy against the dense one (computed once, at the prefill): cache size,
     bytes, agreement. Ctrl-C keeps what was generated (`decode_interrupted`); --timeline writes its CSV."""
+    from kvcore.engine.decode_report import decode_summary
     from kvcore.engine.decoding import decode_with_policy
     from kvcore.engine.timeline import of_run, write_timeline_csv
-    from kvcore.measure.metrics import first_divergence
 
     label = f"decoding {policy.label()}"
     drawn = sys.stderr.isatty()
@@ -849,26 +917,7 @@ def _decode_summary(
         print(f"kvlens: interrupted: {len(run.tokens)} of {n} tokens kept", file=sys.stderr)
     if timeline is not None:
         write_timeline_csv(timeline, of_run(run))
-    dense = session.dense_tokens[: len(run.tokens)]
-    same = sum(a == b for a, b in zip(dense, run.tokens, strict=False))
-    size = run.bytes_summary()
-    return {
-        "decode_method": policy.method,
-        "decode_budget": policy.budget,
-        "decode_ratio": policy.ratio,
-        "decode_interval": policy.interval,
-        "decode_threshold": policy.threshold,
-        "decode_tokens": len(run.tokens),
-        "decode_interrupted": run.interrupted,
-        "decode_compressions": len(run.compressions),
-        "max_cache_tokens": run.max_cache_tokens,
-        "decode_bytes_min": size["min"],
-        "decode_bytes_max": size["max"],
-        "decode_bytes_last": size["last"],
-        "decode_agreement": same / len(dense) if dense else float("nan"),
-        "decode_first_divergence": first_divergence(dense, run.tokens),
-        "decode_text": session.tokenizer.decode(run.tokens),
-    }
+    return {**decode_summary(session, run), "decode_text": session.tokenizer.decode(run.tokens)}
 
 
 def _json_safe(value: Any) -> Any:

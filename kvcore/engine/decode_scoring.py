@@ -13,6 +13,12 @@ row. A layer whose heads hold different row counts (adakv's ragged layers) is sc
 the layer's H_kv·target rows as Feng et al. do: each head keeps its top max(1, ⌊α·target⌋), the rest go to the
 best remaining (head, rank) slots across heads.
 
+`expected_attention` while decoding: its query statistics are those of the observation window's queries, each
+un-rotated to before RoPE with the layer's own rope module (the prompt observation's `rope`, as leverage un-rotates
+keys) — mean and covariance (divided by n) over the window, per query head — and R̄ averages RoPE over the
+FUTURE_POSITIONS positions after the newest token. Its sinks are the first n_sink rows each head holds (the first
+positions, which no policy evicts before them).
+
 `h2o_online` (Zhang et al. 2023, H2O as its paper defines it, not the prefill `h2o`, which is kvpress's
 ObservedAttention): every row's score is the attention it received, summed over every query that saw it — the
 prompt's (the prefill's column sums) and each generated token's, over the rows held when that token was fed —
@@ -30,14 +36,26 @@ import numpy as np
 
 from kvcore.cache import sparse as caches
 from kvcore.capture.prefill import LayerObservation
+from kvcore.capture.query_stats import QueryStats, future_rotation, merge
 from kvcore.defaults import ADAKV_ALPHA, DEFAULT_QUANT, H2O_RECENT_SHARE
 from kvcore.methods import get
 from kvcore.methods.base import Method
 
 #: Prefill methods that re-score the cache from keys, values and recent queries alone.
-RESCORING_METHODS = ("snapkv", "tova", "keydiff", "adakv", "adakv-snapkv", "adakv-knorm", "adakv-keydiff")
+RESCORING_METHODS = (
+    "snapkv",
+    "tova",
+    "keydiff",
+    "rkv",
+    "expected_attention",
+    "adakv",
+    "adakv-snapkv",
+    "adakv-knorm",
+    "adakv-keydiff",
+)
 #: Methods whose scores read the observation window's queries (the rest read keys and values only).
-_READS_QUERIES = ("snapkv", "tova")
+_READS_QUERIES = ("snapkv", "tova", "rkv", "expected_attention")
+_EXPECTED_ATTENTION = "expected_attention"
 H2O_ONLINE = "h2o_online"
 
 __all__ = ["H2O_ONLINE", "RESCORING_METHODS", "QueryBuffer", "Rescorer", "h2o_recent"]
@@ -221,6 +239,23 @@ class Rescorer:
                 self.kvpress_order[index, h] = positions[h][o[:c]]
         return [np.sort(o[:c]) for o, c in zip(orders, counts, strict=True)]
 
+    def _window_stats(self, index: int, queries: mx.array, newest: int) -> QueryStats:
+        """expected_attention's statistics of the window's queries [H_q, n, D] (post-RoPE, at positions newest −
+        n + 1 … newest): un-rotated with the layer's rope module, R̄ over the positions after `newest`."""
+        obs = self.prompt[index] if index < len(self.prompt) else None
+        rope = None if obs is None else obs.rope
+        if rope is None:
+            raise ValueError(
+                "expected_attention while decoding un-rotates the recent queries with the layer's rope module, "
+                "which the prefill did not record for this layer: prefill again, or choose another policy"
+            )
+        backwards = queries.astype(mx.float32)[None, :, ::-1]  # last position first
+        pre_rope = rope(backwards, offset=-newest)[0, :, ::-1]
+        count, mean, m2 = merge(0, None, None, pre_rope)
+        head_dim = queries.shape[-1]
+        rotation = future_rotation(rope, head_dim, newest + 1)
+        return QueryStats(pre_rope[:, :0], count, mean, m2, rotation=rotation)
+
     def _kvpress_perms(self, index: int, positions: list[np.ndarray]) -> list[np.ndarray]:
         """Per head, the content rows (position order) in kvpress's row order: what its last eviction kept, in
         priority order, then the rows appended since."""
@@ -254,12 +289,18 @@ class Rescorer:
         if "window" in method.values():
             window = method.values()["window"] if self.window is None else self.window
             method = method.with_values(window=max(1, min(window, n_q)))
+        inner = getattr(method, "inner", method)
+        stats = None
+        if inner.name == _EXPECTED_ATTENTION and queries is not None:
+            stats = self._window_stats(index, queries, int(max(p[-1] for p in positions)))
         if self.rope_of is not None and queries is not None:
             queries = _at_newest(self.rope_of(index), queries)
         if perms is not None:
             rows = [r[p] for r, p in zip(rows, perms, strict=True)]
         if all(len(r) == len(rows[0]) for r in rows) and all(np.array_equal(r, rows[0]) for r in rows):
-            obs = _observation(keys[:, : len(rows[0])], values[:, : len(rows[0])], queries, n_kv, scale)
+            obs = _observation(
+                keys[:, : len(rows[0])], values[:, : len(rows[0])], queries, n_kv, scale, stats
+            )
             out = np.array(method.scores(obs, 0), dtype=np.float32)
             scores = list(out)
         else:
@@ -268,7 +309,10 @@ class Rescorer:
             for h, r in enumerate(rows):
                 index = mx.array(r)
                 q = None if queries is None else queries[h * group : (h + 1) * group]
-                obs = _observation(keys[h : h + 1][:, index], values[h : h + 1][:, index], q, 1, scale)
+                head_stats = None if stats is None else _stats_of_heads(stats, h * group, (h + 1) * group)
+                obs = _observation(
+                    keys[h : h + 1][:, index], values[h : h + 1][:, index], q, 1, scale, head_stats
+                )
                 scores.append(np.array(method.scores(obs, 0), dtype=np.float32)[0])
         always = [np.asarray(method.always_kept(len(s)), np.int64) for s in scores]
         if perms is not None:
@@ -280,7 +324,12 @@ class Rescorer:
 
 
 def _observation(
-    keys: mx.array, values: mx.array, queries: mx.array | None, n_kv: int, scale: float
+    keys: mx.array,
+    values: mx.array,
+    queries: mx.array | None,
+    n_kv: int,
+    scale: float,
+    query_stats: QueryStats | None = None,
 ) -> LayerObservation:
     head_dim = keys.shape[-1]
     q = mx.zeros((n_kv, 0, head_dim), mx.float32) if queries is None else queries
@@ -292,6 +341,19 @@ def _observation(
         n_kv_heads=n_kv,
         scale=scale,
         values=values,
+        query_stats=query_stats,
+    )
+
+
+def _stats_of_heads(stats: QueryStats, start: int, stop: int) -> QueryStats:
+    """The statistics of query heads start … stop − 1 (one kv-head's GQA group)."""
+    assert stats.mean is not None and stats.m2 is not None
+    return QueryStats(
+        stats.head[start:stop],
+        stats.count,
+        stats.mean[start:stop],
+        stats.m2[start:stop],
+        rotation=stats.rotation,
     )
 
 

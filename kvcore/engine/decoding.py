@@ -13,6 +13,8 @@ Policies:
 - the re-scoring policies of `kvcore.engine.decode_scoring`: snapkv, tova, keydiff and adakv over the cache's rows
   and the queries of the latest tokens (kvpress's DecodingPress), and `h2o_online` (H2O's accumulated attention
   with its recent window).
+- `cam` (Zhang et al. 2024, kvpress's CAMPress over streaming_llm): the rolling window, each evicted value merged
+  into the kept rows after it (`kvcore.engine.cam`); the merges are recorded on each Compression.
 - `dms` (kvpress's DMSPress with decoding=True, over knorm's scores: Łańcucki et al. 2025 without the trained
   evictor): the newest `budget` rows are a sliding window; an older row is evicted once its score −‖k‖ is below
   `threshold`. The cache then has no fixed size: it keeps every older row that scores at or above the threshold.
@@ -36,13 +38,16 @@ import numpy as np
 from kvcore.cache import sparse as caches
 from kvcore.cache.residual import ResidualKVCache
 from kvcore.capture.prefill import Cancelled
-from kvcore.defaults import DEFAULT_DECODE_INTERVAL, DEFAULT_N_SINK, DEFAULT_QUANT
+from kvcore.defaults import CAM_MERGE_BUDGET, DEFAULT_DECODE_INTERVAL, DEFAULT_N_SINK, DEFAULT_QUANT
+from kvcore.engine.cam import CacheMerger, CamMerge
 from kvcore.engine.decode_scoring import H2O_ONLINE, RESCORING_METHODS, QueryBuffer, Rescorer
 from kvcore.methods.budgets import n_kept
 from kvcore.model import attention
 
 #: The decoding policies, by name.
-DECODE_METHODS = ("streaming_llm", "knorm", *RESCORING_METHODS, H2O_ONLINE, "dms")
+DECODE_METHODS = ("streaming_llm", "knorm", *RESCORING_METHODS, H2O_ONLINE, "dms", "cam")
+#: Policies whose eviction is the rolling window (sinks + most recent).
+_ROLLING = ("streaming_llm", "cam")
 
 __all__ = [
     "DECODE_METHODS",
@@ -80,6 +85,8 @@ class DecodingPolicy:
     kvpress_rope: bool = False
     #: dms: rows older than the sliding window (`budget`) scoring below this are evicted.
     threshold: float | None = None
+    #: cam: the kept rows after an evicted one that its value is merged into.
+    merge_budget: int = CAM_MERGE_BUDGET
 
     def __post_init__(self) -> None:
         if self.method not in DECODE_METHODS:
@@ -100,6 +107,8 @@ class DecodingPolicy:
             raise ValueError(
                 "dms's budget is its sliding window (rows always kept): give a budget, not a ratio"
             )
+        if self.merge_budget < 1:
+            raise ValueError(f"cam's merge budget must be at least 1 row, got {self.merge_budget}")
         if self.window is not None and self.window < 1:
             raise ValueError(f"decoding window must be at least 1 query, got {self.window}")
         if self.ratio is not None and not 0.0 < self.ratio < 1.0:
@@ -116,7 +125,7 @@ class DecodingPolicy:
     @property
     def least(self) -> int:
         """The smallest target the method can keep to."""
-        return self.n_sink + 1 if self.method == "streaming_llm" else 1
+        return self.n_sink + 1 if self.method in _ROLLING else 1
 
     @property
     def rescores(self) -> bool:
@@ -144,7 +153,7 @@ class DecodingPolicy:
         assert target is not None
         if max(len(p) for p in positions) <= target:
             return None
-        if self.method == "streaming_llm":
+        if self.method in _ROLLING:
             return [self._rolling(p, target) for p in positions]
         if self.method == "dms":
             return self._above_threshold(layer, positions, target)
@@ -196,13 +205,17 @@ class Compression:
     """One eviction: the logical positions each (layer, kv-head) kept, and the cache after it."""
 
     step: int  # tokens appended before it (0: the state was above the budget before decoding)
-    kept: list[list[list[int]] | None]  # [layer][kv_head] kept positions; None for a layer stored whole
+    #: [layer][kv_head] kept positions (sorted int32 arrays: an 8k-token run keeps hundreds of these, as Python
+    #: lists they would weigh ~10x more); None for a layer stored whole
+    kept: list[list[np.ndarray] | None]
     rows: list[int]
     bytes: int
     #: With decode_with_policy(keep_scores=True) and a re-scoring policy: the positions each (layer, kv-head) held
     #: before the eviction and the policy's score of each (None for a layer it left alone).
-    held: list[list[list[int]] | None] | None = None
+    held: list[list[np.ndarray] | None] | None = None
     scores: list[list[np.ndarray] | None] | None = None
+    #: cam: [layer][kv_head] the values merged at this eviction (None for a layer it left alone).
+    merges: list[list[CamMerge] | None] | None = None
 
 
 @dataclass
@@ -217,12 +230,14 @@ class DecodingRun:
     start_bytes: int = 0
     #: [layer][kv_head] the positions the state held before decoding (None for a layer stored whole), and how many
     #: positions were written before it: the k-th token appended sits at position n_start + k − 1.
-    start_kept: list[list[list[int]] | None] = field(default_factory=list)
+    start_kept: list[list[np.ndarray] | None] = field(default_factory=list)
     n_start: int = 0
     interrupted: bool = False  # Ctrl-C stopped the decode: `tokens` holds what was generated until then
     #: Wall time of the checks while decoding: from the evaluated step before each to its evaluated result
     #: (scoring, ranking and the gathers), so decode time and eviction time can be told apart.
     evict_seconds: float = 0.0
+    #: With decode_with_policy(keep_cache=True): the cache after the last token (tests, replays).
+    cache: list[Any] | None = field(default=None, repr=False)
 
     @property
     def max_cache_tokens(self) -> int:
@@ -256,6 +271,7 @@ def decode_with_policy(
     keep_scores: bool = False,
     forced: Sequence[int] | None = None,
     on_logits: Callable[[mx.array], None] | None = None,
+    keep_cache: bool = False,
 ) -> DecodingRun:
     """n greedy tokens from a copy of `state`'s cache (the state is not changed), evicting as `policy` says.
 
@@ -263,7 +279,7 @@ def decode_with_policy(
     the last prompt token is fed first. keep_scores: record what a re-scoring policy scored at each eviction
     (`Compression.held` / `scores`). forced: teacher forcing — feed these tokens (e.g. the dense continuation)
     instead of the argmax, which `tokens` still records; on_logits receives each step's next-token logits
-    [vocab] (for KL against the dense side). Uses the session's public members only; call it on the session's
+    [vocab] (for KL against the dense side); keep_cache: leave the final cache on the run. Uses the session's public members only; call it on the session's
     thread.
     """
     if n < 1:
@@ -274,7 +290,7 @@ def decode_with_policy(
         raise ValueError(
             "decoding policies evict from plain sparse caches: drop fp_recent (the float residual) to use one"
         )
-    if policy.rescores and session.info.latent_rope_dim:
+    if (policy.rescores or policy.method == "cam") and session.info.latent_rope_dim:
         raise ValueError(
             f"{policy.method} re-scores from queries and keys, which latent attention (MLA) layers do not "
             "store per head: choose streaming_llm or knorm"
@@ -283,7 +299,7 @@ def decode_with_policy(
     run = DecodingRun(policy, [], start_rows=_rows(cache), start_bytes=caches.cache_tensor_bytes(cache))
     evictor = _Evictor(policy, run, cache, session, state, keep_scores)
     run.n_start = evictor.n_start
-    run.start_kept = [None if p is None else [q.tolist() for q in p] for p in map(_positions, cache)]
+    run.start_kept = [_int32(p) for p in map(_positions, cache)]
     if policy.evict_before_decoding:
         cache = evictor.evict(cache, 0)
     elif evictor.rescorer is not None:  # h2o_online still starts from the prompt's sums
@@ -298,9 +314,13 @@ def decode_with_policy(
     # queued step (its gathers read the rows that step wrote), then the next step runs on the evicted cache.
     # Ctrl-C (KeyboardInterrupt) ends the decode with what was generated (`interrupted`); a cancel raises.
     try:
-        _decode(session, cache, policy, run, evictor, feed, n, should_cancel, on_progress, forced, on_logits)
+        cache = _decode(
+            session, cache, policy, run, evictor, feed, n, should_cancel, on_progress, forced, on_logits
+        )
     except KeyboardInterrupt:
         run.interrupted = True
+    if keep_cache:
+        run.cache = cache
     return run
 
 
@@ -316,7 +336,7 @@ def _decode(
     on_progress: Callable[[int, int], None] | None,
     forced: Sequence[int] | None = None,
     on_logits: Callable[[mx.array], None] | None = None,
-) -> None:
+) -> list[Any]:
     def step(cache: list[Any], y: mx.array) -> mx.array:
         if forced is not None:  # the token fed is forced[k] when the k-th token was predicted
             index = len(run.tokens) + (0 if y is first else 1)
@@ -345,6 +365,7 @@ def _decode(
             if following is not None and should_cancel is not None and should_cancel():
                 raise DecodeCancelled(f"generation cancelled after {len(run.tokens)} of {n} tokens", run)
             pending = following
+    return cache
 
 
 def _step(
@@ -371,6 +392,8 @@ class _Evictor:
         self.deferred = False  # a re-scoring check waits for a generated token's queries
         self.rescorer = None
         self.buffer = None
+        self.merger = CacheMerger(policy.merge_budget) if policy.method == "cam" else None
+        self.last_eviction = 0  # step of the last eviction (cam merges the rows evicted since)
         if policy.rescores:
             rope_of = (lambda i: session.model.layers[i].self_attn.rope) if policy.kvpress_rope else None
             self.rescorer = Rescorer(
@@ -380,6 +403,8 @@ class _Evictor:
                 rope_of=rope_of,
             )
             self.buffer = QueryBuffer(cache) if self.rescorer.reads_queries else None
+        if self.merger is not None:
+            self.buffer = QueryBuffer(cache)
         first = next((c for c in cache if _positions(c) is not None), None)
         self.n_start = 0 if first is None else int(first.offset)  # positions written before decoding
 
@@ -394,12 +419,22 @@ class _Evictor:
         indices: list[Any] = []
         held: list[list[np.ndarray] | None] = []
         scores: list[list[np.ndarray] | None] = []
+        plans: dict[int, Any] = {}
         for i, layer in enumerate(cache):
             positions = _positions(layer)
             held.append(positions)
             scores.append(None)
             if positions is None:
                 indices.append(None)
+                continue
+            if self.merger is not None:
+                assert self.buffer is not None
+                queries = self.buffer.take(i) if step else None
+                self.merger.accumulate(i, layer, positions, queries, self.buffer.scale.get(i, 1.0))
+                keep = policy.keep_rows(layer, positions, target)
+                if keep is not None:
+                    plans[i] = self.merger.plan(i, layer, positions, keep, step - self.last_eviction)
+                indices.append(keep)
                 continue
             if rescorer is None:
                 indices.append(policy.keep_rows(layer, positions, target))
@@ -421,12 +456,16 @@ class _Evictor:
         if all(i is None for i in indices):
             return cache
         cache = caches.select_positions(cache, indices)
+        self.last_eviction = step
+        merges: list[list[CamMerge] | None] | None = None
+        if self.merger is not None:
+            merges = [None] * len(cache)
+            for i, plan in plans.items():
+                self.merger.apply(i, cache[i], _positions(cache[i]), indices[i], plan)
+                merges[i] = plan.merges
         if self.buffer is not None:
             self.buffer.bind(cache)
-        kept = [
-            None if p is None else [q.tolist() for q in _positions(c)]
-            for c, p in zip(cache, held, strict=True)
-        ]
+        kept = [None if p is None else _int32(_positions(c)) for c, p in zip(cache, held, strict=True)]
         detail = self.keep and rescorer is not None
         self.run.compressions.append(
             Compression(
@@ -434,8 +473,9 @@ class _Evictor:
                 kept,
                 _rows(cache),
                 caches.cache_tensor_bytes(cache),
-                held=[None if p is None else [q.tolist() for q in p] for p in held] if detail else None,
+                held=[_int32(p) for p in held] if detail else None,
                 scores=scores if detail else None,
+                merges=merges,
             )
         )
         return cache
@@ -463,6 +503,11 @@ def _positions(layer: Any) -> list[np.ndarray] | None:
     keys = layer.keys[0] if isinstance(layer.keys, tuple | list) else layer.keys
     n_heads = int(keys.shape[1])
     return [np.arange(layer.offset, dtype=np.int32)] * n_heads
+
+
+def _int32(positions: list[np.ndarray] | None) -> list[np.ndarray] | None:
+    """Per-head positions as their own int32 arrays (a record that outlives the cache)."""
+    return None if positions is None else [np.array(p, dtype=np.int32) for p in positions]
 
 
 def _rows(cache: list[Any]) -> list[int]:

@@ -4,6 +4,10 @@ The grid is methods × ratios × bits at one group size (and the method paramete
 is `Session.compress` (a top-n slice, gather and quantize; no forward pass over the prompt) followed by
 `Session.regenerate`, so a sweep costs one prefill plus a short decode per point. Cancelling stops between
 points or inside a regeneration; the points already finished stay with the caller.
+
+Decoding settings are axes too (`decode_grid`, `run_decode_sweep`): every prefill configuration × every decoding
+policy is one greedy decode under that policy, measured against the dense continuation the prefill computed —
+once, for every point (no dense token is decoded again).
 """
 
 from __future__ import annotations
@@ -15,12 +19,32 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvcore.defaults import DEFAULT_ANSWER_TOKENS, DEFAULT_GROUP_SIZE, UNQUANTIZED_BITS, bits_or_none
+from kvcore.defaults import (
+    DEFAULT_ANSWER_TOKENS,
+    DEFAULT_DECODE_INTERVAL,
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_N_SINK,
+    UNQUANTIZED_BITS,
+    bits_or_none,
+)
+from kvcore.engine.decode_report import DECODE_COLUMNS, decode_summary
+from kvcore.engine.decoding import DecodeCancelled, DecodingPolicy, decode_with_policy
 from kvcore.engine.questions import Question, accuracy
 from kvcore.engine.session import Cancelled, CompressionConfig, Session
 from kvcore.measure.export import SUMMARY_COLUMNS
 
-__all__ = ["SweepPoint", "grid", "parse_ratios", "remaining_seconds", "run_sweep", "summary_row"]
+__all__ = [
+    "DECODE_SWEEP_COLUMNS",
+    "DecodeSweepPoint",
+    "SweepPoint",
+    "decode_grid",
+    "grid",
+    "parse_ratios",
+    "remaining_seconds",
+    "run_decode_sweep",
+    "run_sweep",
+    "summary_row",
+]
 
 #: The most points one ratio range may expand to (a typo such as a step of 0.0001 is refused, not run).
 MAX_RANGE_POINTS = 100
@@ -197,3 +221,77 @@ def remaining_seconds(points: Sequence[SweepPoint], total: int) -> float | None:
     if not points:
         return None
     return sum(p.seconds for p in points) / len(points) * max(total - len(points), 0)
+
+
+#: A decoding sweep's CSV: the prefill configuration, then the decoding run's summary.
+DECODE_SWEEP_COLUMNS: tuple[str, ...] = (
+    "method",
+    "ratio",
+    "key_bits",
+    "value_bits",
+    *DECODE_COLUMNS,
+    "seconds",
+)
+
+
+@dataclass(frozen=True)
+class DecodeSweepPoint:
+    """One (prefill configuration, decoding policy): the decoding run's summary against the dense continuation."""
+
+    index: int
+    config: CompressionConfig
+    policy: DecodingPolicy
+    metrics: dict[str, Any]  # kvcore.engine.decode_report.decode_summary
+    seconds: float  # compress + decode wall time
+
+    def row(self) -> dict[str, Any]:
+        """This point's DECODE_SWEEP_COLUMNS."""
+        described = self.config.describe()
+        head = {k: described[k] for k in ("method", "ratio", "key_bits", "value_bits")}
+        return {**head, **self.metrics, "seconds": self.seconds}
+
+
+def decode_grid(
+    methods: Sequence[str],
+    budgets: Sequence[int],
+    interval: int = DEFAULT_DECODE_INTERVAL,
+    n_sink: int = DEFAULT_N_SINK,
+) -> list[DecodingPolicy]:
+    """Every (decoding method, budget), method order outermost; ValueError names the first bad one."""
+    if not methods or not budgets:
+        raise ValueError("a decoding sweep needs at least one decoding method and one budget")
+    return [DecodingPolicy(m, b, interval, n_sink) for m, b in itertools.product(methods, budgets)]
+
+
+def run_decode_sweep(
+    session: Session,
+    configs: Sequence[CompressionConfig],
+    policies: Sequence[DecodingPolicy],
+    n: int,
+    should_cancel: Callable[[], bool] | None = None,
+    on_progress: Callable[[int, int, DecodeSweepPoint], None] | None = None,
+) -> Iterator[DecodeSweepPoint]:
+    """Every config × policy over the session's prefill: compress once per config, then decode n tokens under each
+    policy from that state, yielding each point as it finishes; stops early (without raising) on a cancel."""
+    if not session.dense_tokens:
+        raise ValueError("no prefill: prefill a prompt before a decoding sweep")
+    cancelled = should_cancel or (lambda: False)
+    total = len(configs) * len(policies)
+    for c, cfg in enumerate(configs):
+        if cancelled():
+            return
+        start = time.perf_counter()
+        state = session.compress(cfg)
+        compress_seconds = time.perf_counter() - start
+        for p, policy in enumerate(policies):
+            start = time.perf_counter()
+            try:
+                run = decode_with_policy(session, state, policy, n, should_cancel=cancelled)
+            except DecodeCancelled:
+                return
+            index = c * len(policies) + p
+            seconds = time.perf_counter() - start + (compress_seconds if p == 0 else 0.0)
+            point = DecodeSweepPoint(index, cfg, policy, decode_summary(session, run), seconds)
+            if on_progress is not None:
+                on_progress(index + 1, total, point)
+            yield point

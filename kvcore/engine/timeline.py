@@ -220,12 +220,15 @@ def of_run(run: DecodingRun) -> Timeline:
     return timeline(run, run.n_start, run.start_kept)
 
 
-def held_before(run: Any) -> Iterator[tuple[Any, list[list[list[int]] | None]]]:
-    """(compression, what each (layer, kv-head) held just before it), in order: what the previous compression kept
-    (or the start) plus the tokens appended since."""
+def held_before(run: Any) -> Iterator[tuple[Any, list[list[np.ndarray]] | None]]:
+    """(compression, what each (layer, kv-head) held just before it, int32 arrays), in order: what the previous
+    compression kept (or the start) plus the tokens appended since."""
     held, last_step = run.start_kept, 0
     for c in run.compressions:
-        new = list(range(run.n_start + last_step, run.n_start + c.step))
-        before = [None if layer is None else [p + new for p in layer] for layer in held]
+        new = np.arange(run.n_start + last_step, run.n_start + c.step, dtype=np.int32)
+        before = [
+            None if layer is None else [np.concatenate([np.asarray(p, np.int32), new]) for p in layer]
+            for layer in held
+        ]
         yield c, before
         held, last_step = c.kept, c.step

@@ -35,18 +35,24 @@ def full(session):
 def _layer0(session, tokens):
     """Layer 0's post-RoPE queries [H_q, P, D], keys [H_kv, P, D] (float64) and scale over prompt + `tokens`: they
     depend only on each token and its position, so a dense pass gives exactly what the decode scored."""
+    q, k, _, scale = _layer0_qkv(session, tokens)
+    return q, k, scale
+
+
+def _layer0_qkv(session, tokens):
+    """_layer0 with the values [H_kv, P, D] too (as fed: before any merge)."""
     cache = make_prompt_cache(session.model)
     seen = {}
 
     def observe(queries, keys, values, layer, scale, mask, latent=False):
         if layer is cache[0]:
-            seen.update(q=queries[0], k=keys[0], scale=scale)
+            seen.update(q=queries[0], k=keys[0], v=values[0], scale=scale)
 
     with attention.observing(observe):
         session.model(mx.array([[*session.prompt_ids, *tokens]]), cache=cache)
-    mx.eval(seen["q"], seen["k"])
+    mx.eval(seen["q"], seen["k"], seen["v"])
     f64 = lambda a: np.array(a.astype(mx.float32)).astype(np.float64)  # noqa: E731
-    return f64(seen["q"]), f64(seen["k"]), seen["scale"]
+    return f64(seen["q"]), f64(seen["k"]), f64(seen["v"]), seen["scale"]
 
 
 def _softmax(x):
@@ -105,7 +111,7 @@ def test_snapkv_policy_keeps_what_numpy_keeps_on_the_same_recent_queries(session
             np.testing.assert_allclose(c.scores[0][h], expected, rtol=1e-4, atol=1e-6)
             rest = np.argsort(-expected[: len(held) - len(window)], kind="stable")
             ranked = np.concatenate([np.arange(len(held) - 1, len(held) - 1 - len(window), -1), rest])
-            assert c.kept[0][h] == sorted(held[ranked[:10]].tolist())
+            assert c.kept[0][h].tolist() == sorted(held[ranked[:10]].tolist())
         last = c.step
 
 
@@ -124,7 +130,7 @@ def test_h2o_online_scores_equal_a_float64_replay(session, full):
     for c in run.compressions:
         for h in range(k.shape[0]):
             held[h] = held[h] + list(range(T + last, T + c.step))
-            assert c.held[0][h] == held[h]
+            assert c.held[0][h].tolist() == held[h]
             rows = np.array(held[h])
             for p in range(T + last, T + c.step):
                 for hq in range(h * group, (h + 1) * group):
@@ -134,8 +140,8 @@ def test_h2o_online_scores_equal_a_float64_replay(session, full):
             np.testing.assert_allclose(c.scores[0][h], score, rtol=1e-5, atol=1e-7)
             recent = h2o_recent(10)
             heavy = np.argsort(-score[:-recent], kind="stable")[: 10 - recent]
-            assert c.kept[0][h] == sorted([*rows[heavy].tolist(), *rows[-recent:].tolist()])
-            held[h] = c.kept[0][h]
+            assert c.kept[0][h].tolist() == sorted([*rows[heavy].tolist(), *rows[-recent:].tolist()])
+            held[h] = c.kept[0][h].tolist()
         last = c.step
     assert last > 0
 
@@ -153,6 +159,7 @@ def test_dms_evicts_older_keys_below_the_threshold_and_keeps_the_window(session,
     evicted_some = False
     for c, before in held_before(run):
         for h, (kept, held) in enumerate(zip(c.kept[0], before[0], strict=True)):
+            kept, held = kept.tolist(), held.tolist()
             window, older = held[-6:], np.array(held[:-6], dtype=int)
             expected = [p for p in older.tolist() if -norms[h, p] >= threshold + 1e-4]
             assert set(window) <= set(kept) and set(expected) <= set(kept)
@@ -248,3 +255,180 @@ def test_cli_timeline_needs_a_decoding_policy(tmp_path, prompt_file, capsys):
     with pytest.raises(SystemExit, match="2"):
         main([*argv, "--decode-method", "snapkv", "--decode-budget", "4", "--decode-ratio", "0.5"])
     assert "--decode-ratio: not allowed with argument --decode-budget" in capsys.readouterr().err
+
+
+def test_cam_merges_evicted_values_as_a_float64_replay(session, full):
+    budget, n_sink, interval, merge_budget = 9, 2, 3, 3
+    policy = DecodingPolicy("cam", budget=budget, interval=interval, n_sink=n_sink, merge_budget=merge_budget)
+    run = decode_with_policy(session, full, policy, N, keep_cache=True)
+    q, k, v, scale = _layer0_qkv(session, run.tokens)
+    n_kv, group, T = k.shape[0], q.shape[0] // k.shape[0], run.n_start
+    held = [list(range(T)) for _ in range(n_kv)]
+    values = [{p: v[h, p] for p in range(q.shape[1])} for h in range(n_kv)]
+    sums = [
+        dict.fromkeys(range(q.shape[1]), 0.0) for _ in range(n_kv)
+    ]  # decode-time attention, mean over group
+    last, merged = 0, 0
+    for c in run.compressions:
+        for h in range(n_kv):
+            held[h] = held[h] + list(range(T + last, T + c.step))
+            rows = np.array(held[h])
+            for p in range(T + last, T + c.step):  # each fed token over the rows held when it was fed
+                visible = rows[rows <= p]
+                for hq in range(h * group, (h + 1) * group):
+                    probs = _softmax(q[hq, p] @ k[h, visible].T * scale) / group
+                    for pos, a in zip(visible, probs, strict=True):
+                        sums[h][pos] += a
+            keep = sorted({*rows[rows < n_sink].tolist(), *rows[-(budget - n_sink) :].tolist()})
+            assert c.kept[0][h].tolist() == keep
+            evicted = [p for p in held[h] if p not in keep][-(c.step - last) :] if c.step > last else []
+            before = {p: values[h][p].copy() for p in held[h]}
+            pairs, weights = [], []
+            for e in evicted:
+                targets = [p for p in keep if p > e][:merge_budget]
+                mean = np.mean([sums[h][t] for t in targets])
+                prob = 0.0 if mean == 0 else min(1.0, max(0.0, sums[h][e] / mean))
+                for t in targets:
+                    values[h][t] = values[h][t] + prob * before[e] / len(targets)
+                    pairs.append((e, t))
+                    weights.append(prob / len(targets))
+            merge = c.merges[0][h]
+            assert merge.pairs.tolist() == [list(p) for p in pairs]
+            np.testing.assert_allclose(merge.weight, weights, rtol=1e-5, atol=1e-7)
+            merged += sum(w > 0 for w in weights)
+            held[h] = keep
+        last = c.step
+    assert merged > 0
+    layer = run.cache[0]
+    stored = np.array(layer.keys_and_values()[1][0].astype(mx.float32))
+    for h, pos in enumerate(layer.retained_positions):
+        expected = np.stack([values[h][p] for p in pos.tolist()])
+        np.testing.assert_allclose(stored[h, : len(pos)], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_rkv_policy_scores_importance_minus_redundancy_as_numpy(session, full):
+    window, kernel, lam, threshold = 3, 7, 0.07, 0.5
+    policy = DecodingPolicy("rkv", budget=10, interval=4, window=window)
+    run = decode_with_policy(session, full, policy, N, keep_scores=True)
+    q, k, scale = _layer0(session, run.tokens)
+    group, last = q.shape[0] // k.shape[0], 0
+    checked = 0
+    for c in run.compressions:
+        if c.step == 0:  # before decoding the window is the prompt's last queries (as snapkv's test checks)
+            last = c.step
+            continue
+        win = np.arange(run.n_start + last, run.n_start + c.step)[-window:]
+        for h, held in enumerate(c.held[0]):
+            held = np.array(held)
+            n_before = len(held) - len(win)
+            logits = q[h * group : (h + 1) * group][:, win] @ k[h, held].T * scale
+            probs = _softmax(np.where(held[None, None] <= win[None, :, None], logits, -np.inf))
+            votes = probs[..., :n_before].mean(axis=1).mean(axis=0)
+            padded = np.pad(votes, kernel // 2, constant_values=-np.inf)
+            importance = np.max([padded[i : i + n_before] for i in range(kernel)], axis=0)
+            unit = k[h, held] / (np.linalg.norm(k[h, held], axis=-1, keepdims=True) + 1e-8)
+            sim = unit @ unit.T
+            np.fill_diagonal(sim, 0.0)
+            cols = np.arange(len(held))
+            last_similar = np.where(sim > threshold, cols[None], 0).max(axis=-1)
+            sim[cols, last_similar] = 0.0
+            redundancy = _softmax(sim.mean(axis=-1))[:n_before]
+            score = lam * importance - (1 - lam) * redundancy
+            np.testing.assert_allclose(c.scores[0][h][:n_before], score, rtol=1e-4, atol=1e-6)
+            ranked = np.concatenate(
+                [np.arange(len(held) - 1, n_before - 1, -1), np.argsort(-score, kind="stable")]
+            )
+            assert c.kept[0][h].tolist() == sorted(held[ranked[:10]].tolist())
+            checked += 1
+        last = c.step
+    assert checked
+
+
+def test_expected_attention_policy_takes_its_statistics_from_the_recent_queries(session, full):
+    from kvcore.capture.query_stats import Taps, future_rotation, tapped
+
+    policy = DecodingPolicy("expected_attention", budget=10, interval=4)
+    run = decode_with_policy(session, full, policy, N, keep_scores=True)
+    cache, taps, seen = make_prompt_cache(session.model), Taps(), {}
+
+    def observe(queries, keys, values, layer, scale, mask, latent=False):
+        found = taps.pre_rope(queries)
+        if layer is cache[0]:
+            seen.update(pre=found[0][0], rope=found[1], k=keys[0], v=values[0])
+
+    with tapped(session.model, taps), attention.observing(observe):
+        session.model(mx.array([[*session.prompt_ids, *run.tokens]]), cache=cache)
+    f64 = lambda a: np.array(a.astype(mx.float32)).astype(np.float64)  # noqa: E731
+    pre, k, v = f64(seen["pre"]), f64(seen["k"]), f64(seen["v"])
+    group, head_dim, n_sink, last, checked = pre.shape[0] // k.shape[0], k.shape[-1], 4, 0, 0
+    for c in run.compressions:
+        if c.step:
+            window = np.arange(run.n_start + last, run.n_start + c.step)
+            rot = f64(future_rotation(seen["rope"], head_dim, int(window[-1]) + 1))
+            for h, held in enumerate(c.held[0]):
+                held = np.array(held)
+                keys = k[h, held[n_sink:]]
+                probs = []
+                for hq in range(h * group, (h + 1) * group):
+                    q = pre[hq, window]
+                    mean, cov = rot @ q.mean(axis=0), rot @ np.cov(q.T, bias=True) @ rot.T
+                    logits = keys @ mean / np.sqrt(head_dim) + ((keys @ cov) * keys).sum(-1) / (2 * head_dim)
+                    probs.append(_softmax(logits))
+                score = np.mean(probs, axis=0) * np.linalg.norm(v[h, held[n_sink:]], axis=-1)
+                np.testing.assert_allclose(c.scores[0][h][n_sink:], score, rtol=1e-4, atol=1e-6)
+                checked += 1
+        last = c.step
+    assert checked
+
+
+def test_expected_attention_policy_without_a_rope_module_is_refused_in_one_line():
+    from kvcore.engine.decode_scoring import Rescorer
+
+    with pytest.raises(ValueError, match="rope module"):
+        Rescorer("expected_attention", prompt=[])._window_stats(0, mx.zeros((2, 1, 4)), 5)
+
+
+def test_decoding_sweep_reuses_the_one_dense_continuation(session):
+    from kvcore.engine.sweep import decode_grid, run_decode_sweep
+
+    configs = [CompressionConfig("full", 1.0), CompressionConfig("snapkv", 0.5)]
+    policies = decode_grid(["streaming_llm", "cam"], [9, 12], interval=4, n_sink=2)
+    dense, calls = session.dense_tokens, session.forward_calls
+    points = list(run_decode_sweep(session, configs, policies, N))
+    assert len(points) == 4 * 2 and session.dense_tokens is dense
+    # every forward pass of the sweep is a decode step of some point: nothing dense was decoded again
+    each = {}
+    for cfg in configs:
+        state = session.compress(cfg)
+        for p in policies:
+            before = session.forward_calls
+            run = decode_with_policy(session, state, p, N)
+            each[cfg.method, p.method, p.budget] = (session.forward_calls - before, run.tokens)
+    steps = 0
+    for point in points:
+        forward, tokens = each[point.config.method, point.policy.method, point.policy.budget]
+        steps += forward
+        same = sum(a == b for a, b in zip(dense, tokens, strict=False)) / N
+        assert point.metrics["decode_agreement"] == same and point.metrics["decode_tokens"] == N
+    assert steps == session.forward_calls - calls - steps
+
+
+def test_cli_sweep_takes_decoding_axes(model_dirs, prompt_file, tmp_path, capsys):
+    out = tmp_path / "d.csv"
+    argv = ["sweep", "--model", str(model_dirs["llama"]), "--prompt-file", str(prompt_file), "--tokens", "8"]
+    argv += ["--methods", "snapkv", "--ratios", "0.5", "--bits", "16", "--csv", str(out), "--n-sink", "2"]
+    argv += ["--decode-methods", "streaming_llm,rkv", "--decode-budgets", "8,12", "--decode-interval", "4"]
+    assert main(argv) == 0
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["decode_method"], r["decode_budget"]) for r in rows] == [
+        ("streaming_llm", "8"),
+        ("streaming_llm", "12"),
+        ("rkv", "8"),
+        ("rkv", "12"),
+    ]
+    assert all(
+        r["method"] == "snapkv" and int(r["max_cache_tokens"]) <= int(r["decode_budget"]) + 4 for r in rows
+    )
+    assert main([*argv[:-4], "--decode-methods", "snapkv"]) == 2
+    assert "--decode-budgets go together" in capsys.readouterr().err

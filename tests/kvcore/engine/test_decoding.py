@@ -46,7 +46,7 @@ def test_rolling_window_keeps_sinks_and_most_recent(session, schedule):
         expected = [0, 1, 2, 3, *range(newest - 8, newest)]
         for layer in c.kept:
             for head in layer:
-                assert head == expected
+                assert head.tolist() == expected
         assert c.rows == [12] * session.info.n_layers
     assert state.cache[0].n_kept == len(np.flatnonzero(state.kept[0, 0]))  # the state itself is unchanged
 
@@ -90,7 +90,7 @@ def test_knorm_keeps_the_lowest_key_norms(session):
         keys = np.array(dense[layer].keys_and_values()[0][0]).astype(np.float64)
         norms = np.linalg.norm(keys, axis=-1)
         for h, kept in enumerate(heads):  # RoPE keeps norms, so a repeated token ties up to rounding
-            assert len(kept) == 9 and kept == sorted(kept)
+            assert len(kept) == 9 and kept.tolist() == sorted(kept.tolist())
             evicted = np.setdiff1d(np.arange(norms.shape[1]), kept)
             assert norms[h, kept].max() <= norms[h, evicted].min() * (1 + 1e-5)
     assert all(r <= 9 + 4 for s in run.steps for r in s.rows)
@@ -131,7 +131,8 @@ def test_ragged_prefill_state_evicts_per_head(session, method):
     for c in run.compressions:
         for layer, heads in enumerate(c.kept):
             for h, kept in enumerate(heads):
-                before = held[layer][h] + list(range(T + step, T + c.step))
+                kept = kept.tolist()
+                before = list(held[layer][h]) + list(range(T + step, T + c.step))
                 assert len(kept) <= budget and kept == sorted(set(kept)) and set(kept) <= set(before)
                 if len(before) <= budget:
                     assert kept == before  # a head within the budget loses nothing
@@ -156,7 +157,7 @@ def test_knorm_on_ragged_layers_scores_each_heads_own_rows(session):
         for h, kept in enumerate(heads):
             held = state.cache[layer].retained_positions[h]
             if len(held) <= budget:
-                assert kept == held.tolist()
+                assert kept.tolist() == held.tolist()
                 continue
             norms = np.linalg.norm(keys[h], axis=-1)
             evicted = np.setdiff1d(held, kept)
@@ -178,7 +179,8 @@ def test_knorm_ragged_later_steps_score_appended_rows(session):
     scored_appended = False
     for c in run.compressions:
         for h, kept in enumerate(c.kept[0]):
-            before = held[h] + list(range(T + step, T + c.step))
+            kept = kept.tolist()
+            before = list(held[h]) + list(range(T + step, T + c.step))
             if len(before) <= budget:
                 assert kept == before
                 continue

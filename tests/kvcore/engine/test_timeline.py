@@ -121,7 +121,7 @@ def test_real_decode_timeline_equals_every_compression(session, schedule, monkey
         held = tl.held(c.step)
         for layer, per_head in enumerate(c.kept):
             for h, kept in enumerate(per_head):
-                assert np.flatnonzero(held[layer, h]).tolist() == kept
+                assert np.flatnonzero(held[layer, h]).tolist() == kept.tolist()
     share = tl.share_held()
     monkeypatch.setattr(timeline_module, "_BLOCK_CELLS", 3 * (tl.n_steps + 2))  # three columns a block
     np.testing.assert_allclose(tl.share_held(), share)
