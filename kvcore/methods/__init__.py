@@ -40,6 +40,8 @@ def available() -> tuple[str, ...]:
 def get(name: str, **values: Any) -> Method:
     """The method called `name` with these parameters (the others at their defaults); ValueError naming the
     allowed names or parameters otherwise. `A+B` chains methods (kvcore.methods.composed)."""
+    if not isinstance(name, str):
+        raise ValueError(f"unknown method {name!r}; {summary()}")
     if "+" in name:
         method = _classes()["composed"].chain(name, get)  # type: ignore[attr-defined]
         return method.with_values(**values) if values else method

@@ -5,7 +5,7 @@ Per kv-head over the T rows a layer holds, the last `window` rows being the obse
 - importance I: the attention of the window's queries over the earlier rows (causal softmax, mean over the window
   and the GQA group), max-pooled along the rows (kernel `kernel`, stride 1, padding kernel // 2);
 - redundancy R: S = cosine similarities of every pair of keys (ε = 1e-8 in the norms), the diagonal zeroed; in each
-  row i the last column j with S_ij > `similarity_threshold` (column 0 when none) is zeroed too — the latest similar key is
+  row i the last column j with S_ij > `redundancy_threshold` (column 0 when none) is zeroed too — the latest similar key is
   not counted against i (the authors' "last" retain direction); R = softmax over the rows of the row means of S;
 - score = λ·I − (1 − λ)·R for the rows before the window; window rows score the layer's maximum.
 
@@ -87,7 +87,7 @@ class RKV(Method):
     mix_lambda: float = param(
         RKV_LAMBDA, "λ: weight of importance against (1 − λ) redundancy", minimum=0.0, maximum=1.0
     )
-    similarity_threshold: float = param(
+    redundancy_threshold: float = param(
         RKV_SIMILARITY_THRESHOLD,
         "cosine similarity above which two keys are redundant",
         minimum=-1.0,
@@ -95,7 +95,7 @@ class RKV(Method):
     )
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:
-        return rkv_scores(obs, self.window, self.kernel, self.mix_lambda, self.similarity_threshold)
+        return rkv_scores(obs, self.window, self.kernel, self.mix_lambda, self.redundancy_threshold)
 
     def always_kept(self, n_tokens: int) -> np.ndarray:
         """The window, most recent first."""
