@@ -18,7 +18,9 @@ from PySide6.QtWidgets import QApplication
 from app.engine.view_model import rows_of
 from app.widgets.heatmap import VIEW_KEPT, render_kept
 from app.window.main_window import MainWindow
+from kvcore import methods
 from kvcore.engine.session import CompressionConfig, Session
+from kvcore.methods import calibration
 from kvcore.resources import demo_model_dir
 from tests.app.waiting import wait_until
 
@@ -152,9 +154,15 @@ def test_random_actions_never_break_the_window(qapp, tmp_path, monkeypatch):
         errors.append((title, text))
         real_error(title, text)
 
+    refusals = []
+
     def failed(failure) -> None:
-        if failure.kind in ("prefill", "extend", "compress") and not failure.cancelled:
-            failures.append(failure)
+        if failure.cancelled or failure.kind not in ("prefill", "extend", "compress"):
+            return
+        # A method may refuse the setting a random action made (quantized keys for think, a chunk longer than
+        # a short prompt, a calibration not made yet): one line naming the fix is the product working.
+        told = "\n" not in failure.message and not any(s in failure.message for s in INTERNALS)
+        (refusals if failure.kind == "compress" and told else failures).append(failure)
 
     window.error = error
     window.engine.failed.connect(failed)
@@ -184,6 +192,9 @@ def test_random_actions_never_break_the_window(qapp, tmp_path, monkeypatch):
         QApplication.processEvents()
         rss_end = _rss_mib()
         # The final display: a prefill must exist (the last action may have been a load), then a last setting.
+        if calibration.needs_artifact(methods.get(window.controls.methodCombo.currentText())):
+            window.controls.methodCombo.setCurrentText("snapkv")  # refused by design until `kvlens calibrate`
+            wait_until(lambda: _idle(window), timeout=120)
         if not window.prefilled or window.pinning.current is None:
             window.prefill(PROMPTS[0])
             wait_until(lambda: _idle(window) and window.pinning.current is not None, timeout=120)
@@ -215,7 +226,8 @@ def test_random_actions_never_break_the_window(qapp, tmp_path, monkeypatch):
     growth = rss_end - rss_after_warmup
     print(
         f"\nrobustness: {N_ACTIONS} actions {done}; {len(errors)} dialogs; RSS {rss_after_warmup:.0f} MiB after "
-        f"{WARMUP} actions, {rss_end:.0f} MiB after {N_ACTIONS} (growth {growth:+.1f} MiB); every 25: {trace}"
+        f"{WARMUP} actions, {rss_end:.0f} MiB after {N_ACTIONS} (growth {growth:+.1f} MiB); every 25: {trace}; "
+        f"{len(refusals)} settings refused by their method"
     )
     assert not hooked, f"uncaught exceptions: {hooked[:3]}"
     assert not failures, f"good actions failed: {[f.message for f in failures[:3]]}"
