@@ -112,8 +112,10 @@ def evaluate(model: nn.Module, ids: list[int], n_tokens: int, specs: list[str], 
     return out
 
 
-def table(title: str, runs: list[dict], specs: list[str]) -> None:
-    """Markdown: one row per scheme, per width the mean KL, top-1 agreement and % of dense bytes over the prompts."""
+def table(title: str, runs: list[dict], specs: list[str]) -> dict[str, list[tuple[float, float]]]:
+    """Markdown: one row per scheme, per width the mean KL, top-1 agreement and % of dense bytes over the prompts;
+    returns each scheme's (bytes %, KL) points for the frontier plot."""
+    points: dict[str, list[tuple[float, float]]] = {}
     print(f"\n### {title}\n")
     head = " | ".join(f"{b}-bit KL / top-1 / bytes" for b in WIDTHS)
     print(f"| scheme | execution | {head} |")
@@ -128,7 +130,49 @@ def table(title: str, runs: list[dict], specs: list[str]) -> None:
                 continue
             kl, top1, frac = (float(np.mean(x)) for x in zip(*got, strict=True))
             cells.append(f"{kl:.4f} / {top1:.3f} / {100 * frac:.1f}%")
+            points.setdefault(spec, []).append((100 * frac, kl))
         print(f"| {spec} | {get(spec).execution} | {' | '.join(cells)} |")
+    return points
+
+
+def frontier_png(path: str, panels: dict[str, dict[str, list[tuple[float, float]]]]) -> None:
+    """KL against stored bytes, one panel per model and one line per scheme (2, 3, 4 bits), as a PNG (pyqtgraph
+    offscreen; written to a temp file, then renamed)."""
+    import os
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    import pyqtgraph as pg
+    from pyqtgraph.exporters import ImageExporter
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication([])
+    win = pg.GraphicsLayoutWidget()
+    win.setBackground("w")
+    win.resize(1600, 700)
+    for title, by_spec in panels.items():
+        plot = win.addPlot(title=title)
+        plot.setLogMode(False, True)
+        plot.showGrid(x=True, y=True, alpha=0.3)
+        plot.setLabel("bottom", "stored bytes, % of the dense cache")
+        plot.setLabel("left", "KL(dense ‖ compressed), log")
+        legend = plot.addLegend(offset=(-10, -10), labelTextColor="k")
+        legend.setBrush(pg.mkBrush(255, 255, 255, 220))
+        for i, (spec, pts) in enumerate(by_spec.items()):
+            pts = sorted(pts)
+            colour = pg.intColor(i, hues=max(len(by_spec), 1), values=1, maxValue=200)
+            plot.plot(
+                [x for x, _ in pts],
+                [max(kl, 1e-5) for _, kl in pts],
+                pen=pg.mkPen(colour, width=2),
+                symbol="o",
+                symbolSize=7,
+                symbolBrush=colour,
+                name=spec,
+            )
+    app.processEvents()
+    tmp = f"{path}.tmp.png"
+    ImageExporter(win.ci).export(tmp)
+    os.replace(tmp, path)
 
 
 def decode_speed(context: int, n_tokens: int, rounds: int, n_layers: int, specs: list[str]) -> None:
@@ -177,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SPEC",
         help="another scheme spec, e.g. kivi:residual=32",
     )
+    p.add_argument("--plot", default="", metavar="FILE.png", help="the KL-against-bytes frontier as a PNG")
     p.add_argument("--skip-quality", action="store_true")
     p.add_argument("--skip-speed", action="store_true")
     args = p.parse_args(argv)
@@ -190,13 +235,16 @@ def main(argv: list[str] | None = None) -> int:
         for sample in sample_prompts(prompts_dir())[: args.samples]:
             ids = session.tokenizer.encode(sample.path.read_text(encoding="utf-8"))
             runs.append(evaluate(session.model, ids, args.tokens, specs, head_dim))
-        table(f"Demo model, {len(runs)} sample prompts, {args.tokens} tokens teacher-forced", runs, specs)
+        demo_title = f"Demo model, {len(runs)} sample prompts, {args.tokens} tokens teacher-forced"
+        panels = {demo_title: table(demo_title, runs, specs)}
         model = build(LLAMA, n_layers=args.layers)
         attention.install(model)
         ids = np.random.default_rng(0).integers(0, model.args.vocab_size, args.random_prompt).tolist()
         runs = [evaluate(model, ids, args.tokens, specs, shape_of(model)[2])]
         title = f"{LLAMA} shape, first {args.layers} layers, random weights, {args.random_prompt} random ids"
-        table(title, runs, specs)
+        panels[title] = table(title, runs, specs)
+        if args.plot:
+            frontier_png(args.plot, panels)
     if not args.skip_speed:
         decode_speed(args.context, args.decode, args.rounds, args.layers, specs)
     print(f"\n({time.perf_counter() - start:.0f} s)")

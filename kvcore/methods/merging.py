@@ -19,10 +19,10 @@ import mlx.core as mx
 import numpy as np
 
 from kvcore.cache.sparse import SparseKVCache
-from kvcore.capture.prefill import LayerObservation
-from kvcore.declared import Parameter, param
+from kvcore.declared import param
 from kvcore.methods.base import Method
 from kvcore.methods.snapkv import SnapKV
+from kvcore.methods.wrapper import Wrapper
 
 EPS = 1e-6
 
@@ -61,7 +61,7 @@ def merge_head(
 
 
 @dataclass(frozen=True)
-class Merging(Method):
+class Merging(Wrapper):
     name = "merging"
     description = (
         "Merging (kvpress MergingPress, after ToMe/D2O): the inner method's positions, each evicted value folded "
@@ -78,57 +78,12 @@ class Merging(Method):
         1.0, "share of the evicted values merged (the most similar)", minimum=0.01, maximum=1.0
     )
 
-    def __post_init__(self) -> None:
-        why = type(self).refusal(type(self.inner))
-        if why is not None:
-            raise ValueError(why)
-        super().__post_init__()
-
     @classmethod
     def refusal(cls, inner: type[Method]) -> str | None:
         """A per-head scorer, kvzip's global eviction included: only what is stored changes."""
         if inner.wraps or inner.keeps_everything or inner.shared_across_heads or inner.chooses:
             return f"{cls.name} needs a per-head scorer, got {inner.name!r}: use {cls.name}-snapkv, {cls.name}-knorm…"
         return None
-
-    @property
-    def label(self) -> str:
-        return f"{self.name}-{self.inner.label}"
-
-    @property
-    def budget(self) -> str:  # type: ignore[override]
-        return self.inner.budget
-
-    @property
-    def needs_h2o(self) -> bool:  # type: ignore[override]
-        return self.inner.needs_h2o
-
-    @property
-    def needs_query_stats(self) -> bool:  # type: ignore[override]
-        return self.inner.needs_query_stats
-
-    @property
-    def spreads_over_heads(self) -> bool:  # type: ignore[override]
-        return self.inner.spreads_over_heads
-
-    def parameters(self) -> tuple[Parameter, ...]:
-        return (*self.inner.parameters(), *self.own_parameters())
-
-    def values(self) -> dict[str, int | float]:
-        return {**self.inner.values(), **super().values()}
-
-    def with_values(self, **values: int | float) -> Method:
-        self.check_names(values)
-        own = {p.name for p in self.own_parameters()}
-        theirs = {k: v for k, v in values.items() if k not in own}
-        inner = self.inner.with_values(**theirs) if theirs else self.inner
-        return dataclasses.replace(self, inner=inner, **{k: v for k, v in values.items() if k in own})
-
-    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
-        return self.inner.scores(obs, layer)
-
-    def always_kept(self, n_tokens: int) -> np.ndarray:
-        return self.inner.always_kept(n_tokens)
 
     def store(self, cache: list[Any], model: Any, observations: Any = ()) -> list[Any]:
         """Each compressed layer's kept values with the evicted ones merged in; `merged_into` [H_kv, T] records

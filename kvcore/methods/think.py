@@ -22,10 +22,11 @@ import numpy as np
 from kvcore.cache.channel_pruned import prune_channels
 from kvcore.cache.sparse import SparseKVCache
 from kvcore.capture.prefill import LayerObservation
-from kvcore.declared import Parameter, param
+from kvcore.declared import param
 from kvcore.defaults import CAPTURE_WINDOW
 from kvcore.methods.base import Method
 from kvcore.methods.snapkv import SnapKV
+from kvcore.methods.wrapper import Wrapper
 
 THINK_RATIO = 0.5
 THINK_WINDOW = 32
@@ -51,7 +52,7 @@ def kept_channels(scores: np.ndarray, ratio: float) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ThinK(Method):
+class ThinK(Wrapper):
     name = "think"
     description = (
         "ThinK (Xu et al. 2024): the inner method's positions, each head's keys stored without the channels of "
@@ -71,57 +72,12 @@ class ThinK(Method):
         maximum=CAPTURE_WINDOW,
     )
 
-    def __post_init__(self) -> None:
-        why = type(self).refusal(type(self.inner))
-        if why is not None:
-            raise ValueError(why)
-        super().__post_init__()
-
     @classmethod
     def refusal(cls, inner: type[Method]) -> str | None:
         """A per-head scorer, kvzip's global eviction included: only what is stored changes."""
         if inner.wraps or inner.keeps_everything or inner.shared_across_heads or inner.chooses:
             return f"{cls.name} needs a per-head scorer, got {inner.name!r}: use {cls.name}-snapkv, {cls.name}-knorm…"
         return None
-
-    @property
-    def label(self) -> str:
-        return f"{self.name}-{self.inner.label}"
-
-    @property
-    def budget(self) -> str:  # type: ignore[override]
-        return self.inner.budget
-
-    @property
-    def needs_h2o(self) -> bool:  # type: ignore[override]
-        return self.inner.needs_h2o
-
-    @property
-    def needs_query_stats(self) -> bool:  # type: ignore[override]
-        return self.inner.needs_query_stats
-
-    @property
-    def spreads_over_heads(self) -> bool:  # type: ignore[override]
-        return self.inner.spreads_over_heads
-
-    def parameters(self) -> tuple[Parameter, ...]:
-        return (*self.inner.parameters(), *self.own_parameters())
-
-    def values(self) -> dict[str, int | float]:
-        return {**self.inner.values(), **super().values()}
-
-    def with_values(self, **values: int | float) -> Method:
-        self.check_names(values)
-        own = {p.name for p in self.own_parameters()}
-        theirs = {k: v for k, v in values.items() if k not in own}
-        inner = self.inner.with_values(**theirs) if theirs else self.inner
-        return dataclasses.replace(self, inner=inner, **{k: v for k, v in values.items() if k in own})
-
-    def scores(self, obs: LayerObservation, layer: int) -> mx.array:
-        return self.inner.scores(obs, layer)
-
-    def always_kept(self, n_tokens: int) -> np.ndarray:
-        return self.inner.always_kept(n_tokens)
 
     def store(self, cache: list[Any], model: Any, observations: Any = ()) -> list[Any]:
         """Each compressed layer's keys without its pruned channels (`kvcore.cache.channel_pruned`)."""

@@ -52,6 +52,10 @@ class Wrapper(Method):
     def needs_query_stats(self) -> bool:  # type: ignore[override]
         return self.inner.needs_query_stats
 
+    @property
+    def spreads_over_heads(self) -> bool:  # type: ignore[override]
+        return self.inner.spreads_over_heads
+
     def parameters(self) -> tuple[Parameter, ...]:
         return (*self.inner.parameters(), *self.own_parameters())
 
