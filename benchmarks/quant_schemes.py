@@ -149,17 +149,25 @@ def frontier_png(path: str, panels: dict[str, dict[str, list[tuple[float, float]
     win = pg.GraphicsLayoutWidget()
     win.setBackground("w")
     win.resize(1600, 700)
+    palette = (
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+        "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#f0a000",
+    )  # fmt: skip
     for title, by_spec in panels.items():
-        plot = win.addPlot(title=title)
+        plot = win.addPlot(title=f"<span style='color:#222'>{title}</span>")
         plot.setLogMode(False, True)
         plot.showGrid(x=True, y=True, alpha=0.3)
         plot.setLabel("bottom", "stored bytes, % of the dense cache")
         plot.setLabel("left", "KL(dense ‖ compressed), log")
-        legend = plot.addLegend(offset=(-10, -10), labelTextColor="k")
-        legend.setBrush(pg.mkBrush(255, 255, 255, 220))
+        for axis in ("left", "bottom"):
+            plot.getAxis(axis).enableAutoSIPrefix(False)
+        legend = plot.addLegend(
+            offset=(200, 10), labelTextColor="k"
+        )  # the empty middle: data sits left and right
+        legend.setBrush(pg.mkBrush(255, 255, 255, 230))
         for i, (spec, pts) in enumerate(by_spec.items()):
             pts = sorted(pts)
-            colour = pg.intColor(i, hues=max(len(by_spec), 1), values=1, maxValue=200)
+            colour = palette[i % len(palette)]
             plot.plot(
                 [x for x, _ in pts],
                 [max(kl, 1e-5) for _, kl in pts],
