@@ -161,9 +161,8 @@ def frontier_png(path: str, panels: dict[str, dict[str, list[tuple[float, float]
         plot.setLabel("left", "KL(dense ‖ compressed), log")
         for axis in ("left", "bottom"):
             plot.getAxis(axis).enableAutoSIPrefix(False)
-        legend = plot.addLegend(
-            offset=(200, 10), labelTextColor="k"
-        )  # the empty middle: data sits left and right
+        # two columns across the top right: above kivi's points (right) and beside the others (left)
+        legend = plot.addLegend(offset=(-5, 5), labelTextColor="k", colCount=2)
         legend.setBrush(pg.mkBrush(255, 255, 255, 230))
         for i, (spec, pts) in enumerate(by_spec.items()):
             pts = sorted(pts)
@@ -177,6 +176,9 @@ def frontier_png(path: str, panels: dict[str, dict[str, list[tuple[float, float]
                 symbolBrush=colour,
                 name=spec,
             )
+        kls = [max(kl, 1e-5) for pts in by_spec.values() for _, kl in pts]
+        if kls:  # headroom above the data (log axis) for the two-column legend
+            plot.setYRange(np.log10(min(kls)) - 0.2, np.log10(max(kls)) + 1.2, padding=0)
     app.processEvents()
     tmp = f"{path}.tmp.png"
     ImageExporter(win.ci).export(tmp)
