@@ -77,6 +77,35 @@ def needles(session: Session, names: list[str], ratio: float, n: int) -> dict[st
     return {**table, **{n: f"refused: {why}" for n, why in refused.items()}}
 
 
+def _shown(name: str) -> str:
+    """A written name as one table cell: line breaks as ⏎, no backticks."""
+    return name.replace("\n", "⏎").replace("`", "'")[:48]
+
+
+def table_lines(result: dict, names: list[str]) -> list[str]:
+    """The Markdown table: needle recall, whether the long identifier is written, KL, top-1, first divergence."""
+    recall, ident = result["needle_recall"], result["long_identifier"]
+    lines = [
+        f"| method | needle recall ({result['probes']} probes) | long identifier | KL mean | top-1 | first divergence |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in ["dense", *names]:
+        r, li = recall.get(name, ""), ident.get(name, {})
+        cell = f"{r:.2f}" if isinstance(r, float) else str(r)[:60]
+        if "refused" in li:
+            lines.append(f"| {name} | {cell} | refused | | | |")
+            continue
+        written = f"`{_shown(li.get('name', ''))}`"
+        kept = f"writes {written}" if name == "dense" else "kept" if li.get("keeps") else f"lost: {written}"
+        kl, agree, first = li.get("kl_mean"), li.get("top1_agreement"), li.get("first_divergence")
+        kl_cell = "" if kl is None else f"{kl:.3f}"
+        agree_cell = "" if agree is None else f"{agree:.2f}"
+        lines.append(
+            f"| {name} | {cell} | {kept} | {kl_cell} | {agree_cell} | {'' if first is None else first} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=str(demo_model_dir()))
@@ -92,21 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     recall = needles(session, names, args.ratio, args.probes)
     result = {"ratio": args.ratio, "probes": args.probes, "long_identifier": ident, "needle_recall": recall}
     result["seconds"] = round(time.perf_counter() - start, 1)
-    print(
-        f"| method | needle recall ({args.probes} probes) | long identifier | KL mean | top-1 | first divergence |"
-    )
-    print("|---|---|---|---|---|---|")
-    for name in ["dense", *names]:
-        r, li = recall.get(name, ""), ident.get(name, {})
-        cell = f"{r:.2f}" if isinstance(r, float) else str(r)[:60]
-        if "refused" in li:
-            print(f"| {name} | {cell} | refused | | | |")
-            continue
-        written = f"`{li.get('name', '')[:48]}`"
-        kept = f"writes {written}" if name == "dense" else "kept" if li.get("keeps") else f"lost: {written}"
-        kl, agree, first = li.get("kl_mean"), li.get("top1_agreement"), li.get("first_divergence")
-        fmt = lambda v, f: "" if v is None else format(v, f)  # noqa: E731
-        print(f"| {name} | {cell} | {kept} | {fmt(kl, '.3f')} | {fmt(agree, '.2f')} | {fmt(first, '')} |")
+    print("\n".join(table_lines(result, names)))
     print(f"({result['seconds']} s)")
     if args.out:
         write_text(args.out, json.dumps(result, indent=1))
