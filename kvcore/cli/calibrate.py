@@ -20,7 +20,11 @@ def add_parser(sub: argparse._SubParsersAction, default_model: str) -> None:
         "calibrate",
         help="compute a calibrated method's artifact (qfilter, expected_attention_stats) for a model",
     )
-    s.add_argument("calibrated_method", metavar="METHOD", help="a calibrated method: qfilter, expected_attention_stats or duo_attention_calibrated")
+    s.add_argument(
+        "calibrated_method",
+        metavar="METHOD",
+        help="a calibrated method: qfilter, expected_attention_stats or duo_attention_calibrated",
+    )
     s.add_argument("--model", default=default_model, help="model folder or HF repo id (default: demo)")
     s.add_argument(
         "--prompts", type=Path, required=True, help="calibration prompts: a folder of text files or a .jsonl"
