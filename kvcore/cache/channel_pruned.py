@@ -15,7 +15,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from kvcore.cache.residual import residual_mask
+from kvcore.cache.residual import residual_mask, two_part_mask
 from kvcore.cache.sparse import SparseKVCache, copy_cache
 
 __all__ = ["ChannelPrunedKVCache", "prune_channels"]
@@ -75,14 +75,7 @@ class ChannelPrunedKVCache:
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
         """As a sparse layer's: None for one new token, "causal" for several (attend builds its own masks)."""
-        if window_size is not None:
-            raise ValueError(f"window_size={window_size}: a channel-pruned layer is a full-attention layer")
-        if N == 1:
-            return None
-        if return_array:
-            total = self.size() + N
-            return mx.arange(self.size(), total)[:, None] >= mx.arange(total)[None]
-        return "causal"
+        return two_part_mask(self.size(), N, return_array, window_size, "channel-pruned")
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
         """New tokens join the full-width store; returns (body keys, recent keys), (body values, recent values)."""

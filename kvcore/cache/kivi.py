@@ -25,7 +25,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from kvcore.cache.residual import residual_mask
+from kvcore.cache.residual import residual_mask, two_part_mask
 from kvcore.cache.sparse import SparseKVCache, copy_cache, take_rows, validate_widths
 from kvcore.defaults import UNQUANTIZED_BITS
 from kvcore.model.attention import quantized_or_float_matmul
@@ -130,14 +130,7 @@ class KiviKVCache:
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
         """None for one new token, "causal" for several (`attend` builds its own masks)."""
-        if window_size is not None:
-            raise ValueError(f"window_size={window_size}: a kivi layer is a full-attention layer")
-        if N == 1:
-            return None
-        if return_array:
-            total = self.size() + N
-            return mx.arange(self.size(), total)[:, None] >= mx.arange(total)[None]
-        return "causal"
+        return two_part_mask(self.size(), N, return_array, window_size, "kivi")
 
     # -- packing ---------------------------------------------------------------------------------------------------
 

@@ -31,6 +31,19 @@ from kvcore.cache.sparse import SparseKVCache, SparseQuantizedKVCache, copy_cach
 __all__ = ["ResidualKVCache", "residual_mask", "split_select"]
 
 
+def two_part_mask(size: int, N: int, return_array: bool, window_size: int | None, kind: str) -> Any:
+    """mlx-lm's make_mask for a layer whose `attend` builds its own masks over two stores: None for one new token,
+    "causal" for several (or the boolean array when asked); a sliding window is refused (full attention only)."""
+    if window_size is not None:
+        raise ValueError(f"window_size={window_size}: a {kind} layer is a full-attention layer")
+    if N == 1:
+        return None
+    if return_array:
+        total = size + N
+        return mx.arange(size, total)[:, None] >= mx.arange(total)[None]
+    return "causal"
+
+
 class ResidualKVCache:
     """A packed body (`body`, never appended to) and a float residual (`residual`, which takes every new token).
 
@@ -94,14 +107,7 @@ class ResidualKVCache:
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
         """As a sparse layer's: None for one new token, "causal" for several (attend builds its own masks)."""
-        if window_size is not None:
-            raise ValueError(f"window_size={window_size}: a residual layer is a full-attention layer")
-        if N == 1:
-            return None
-        if return_array:
-            total = self.size() + N
-            return mx.arange(self.size(), total)[:, None] >= mx.arange(total)[None]
-        return "causal"
+        return two_part_mask(self.size(), N, return_array, window_size, "residual")
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
         """New tokens join the float residual; returns (body keys, residual keys), (body values, residual values)."""
