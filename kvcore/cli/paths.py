@@ -22,7 +22,12 @@ def inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     """(flag, path) of every file the command reads: prompt file, session, prompt set (each of a folder's
     prompt files), the model folder's files, and standard input when it is a file."""
     found: list[tuple[str, Path]] = []
-    for flag, dest in (("--prompt-file", "prompt_file"), ("--session", "session"), ("--prompts", "prompts")):
+    for flag, dest in (
+        ("--prompt-file", "prompt_file"),
+        ("--session", "session"),
+        ("--prompts", "prompts"),
+        ("--questions", "questions"),
+    ):
         path = getattr(args, dest, None)
         if path is None:
             continue
@@ -42,7 +47,13 @@ def inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
 def outputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     """(flag, path) of every file the command writes, a prompt set's summaries beside its --csv included."""
     found: list[tuple[str, Path]] = []
-    for flag, dest in (("--csv", "csv"), ("--positions", "positions"), ("--plot", "plot")):
+    for flag, dest in (
+        ("--csv", "csv"),
+        ("--positions", "positions"),
+        ("--plot", "plot"),
+        ("--out", "out"),
+        ("--timeline", "timeline"),
+    ):
         path = getattr(args, dest, None)
         if path is not None:
             found.append((flag, Path(path)))

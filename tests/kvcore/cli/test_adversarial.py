@@ -96,6 +96,43 @@ def case_csv_is_the_positions_file(w, x):
     return Case(argv, "are the same file")
 
 
+def case_timeline_is_the_prompt_file(w, x):
+    p = _prompt_file(w)
+    argv = _compress(x["model"], "--prompt-file", str(p), "--decode-method", "knorm", "--decode-budget", "8")
+    return Case([*argv, "--timeline", str(p)], "is the --prompt-file input")
+
+
+def case_timeline_is_the_csv(w, x):
+    argv = _compress(x["model"], "-p", PROMPT, "--decode-method", "knorm", "--decode-budget", "8")
+    return Case([*argv, "--csv", str(w / "o.csv"), "--timeline", str(w / "o.csv")], "are the same file")
+
+
+def case_csv_is_the_questions_file(w, x):
+    p = _prompt_file(w)
+    q = w / "q.jsonl"
+    q.write_text('{"question": "what?"}\n')
+    argv = _compress(x["model"], "--context-file", str(p), "--questions", str(q), "--csv", str(q))
+    return Case(argv, "is the --questions input")
+
+
+def case_ruler_plot_is_its_table(w, x):
+    out = str(w / "t.csv")
+    argv = [
+        "ruler",
+        "--model",
+        str(x["model"]),
+        "--length",
+        "200",
+        "--samples",
+        "1",
+        "--out",
+        out,
+        "--plot",
+        out,
+    ]
+    return Case(argv, "are the same file")
+
+
 def case_csv_is_a_hard_link_to_the_prompt(w, x):
     p = _prompt_file(w)
     os.link(p, w / "link.csv")
