@@ -70,6 +70,11 @@ class CompressionControls(QWidget):
         for i, name in enumerate(methods):
             self.methodCombo.setItemData(i, describe(name), Qt.ItemDataRole.ToolTipRole)
         self.methodCombo.setToolTip("Which positions each kv-head keeps")
+        # The longest names (per_layer_compression-non_causal_attention) would widen the panel past its column:
+        # the box keeps a readable width and the list opens as wide as its names.
+        self.methodCombo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.methodCombo.setMinimumContentsLength(12)
+        self.methodCombo.view().setMinimumWidth(self.methodCombo.view().sizeHintForColumn(0) + 24)
 
         self.retentionSlider = QSlider(Qt.Orientation.Horizontal, objectName="retentionSlider")
         self.retentionSlider.setRange(1, 100)
