@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from app.engine.stored_view import ChannelView, channel_view, merge_rows
 from kvcore.engine.session import CompressedState, Regeneration, Session
 from kvcore.methods.selection import final_scores
 from kvcore.model.loading import ModelInfo
@@ -78,6 +79,8 @@ class CompressionView:
     request_id: int = 0
     token_steps: TokenSteps | None = None  # per generated token; None when not regenerated
     budget_note: str | None = None  # why the budget rule fell back to uniform counts (pyramidkv), else None
+    key_channels: ChannelView | None = None  # think's stored key channels; None when none were pruned
+    merge_targets: np.ndarray | None = None  # [L*H_kv, T] merging's target per evicted position, −1 none
 
 
 def rows_of(per_layer: np.ndarray) -> np.ndarray:
@@ -181,4 +184,6 @@ def compression_view(session: Session, state: CompressedState, regen: Regenerati
         not_compressible_labels=dict(state.not_compressible),
         token_steps=None if regen is None else token_steps(session, regen),
         budget_note=state.budget_note,
+        key_channels=channel_view(state, session.info.head_dim),
+        merge_targets=merge_rows(state),
     )

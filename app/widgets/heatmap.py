@@ -16,7 +16,7 @@ import os
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QCursor, QFontMetrics
+from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolTip, QVBoxLayout, QWidget
 
 from app.widgets.heatmap_bins import (
@@ -28,6 +28,7 @@ from app.widgets.heatmap_bins import (
     fraction_index,
 )
 from app.widgets.plot_export import export_graphics
+from app.widgets.row_axis import RowAxis
 from app.widgets.token_axis import TokenAxis, token_label
 
 VIEW_KEPT = "Kept"
@@ -168,39 +169,6 @@ _KEPT_LEGEND = (
 _LEGEND_ORDER = tuple((k, DIFF_CLASSES[k]) for k in (3, 2, 1, 0))
 
 
-class _RowAxis(pg.AxisItem):
-    """Left axis: every row label when rows are tall enough, otherwise one label per layer."""
-
-    def __init__(self) -> None:
-        super().__init__("left")
-        self.enableAutoSIPrefix(False)
-        self.labels: list[str] = []
-        self.heads = 1
-        self.layer_offset = 0
-        self._all_rows = True
-
-    def tickValues(self, minVal: float, maxVal: float, size: float) -> list:  # noqa: N802
-        n = len(self.labels)
-        minVal, maxVal = sorted((minVal, maxVal))  # noqa: N806 (the y axis is inverted: range comes high-low)
-        if not n or maxVal <= minVal or size <= 0:
-            return []
-        lo, hi = max(0, math.floor(minVal)), min(n, math.ceil(maxVal))
-        px_per_row = size / (maxVal - minVal)
-        need = QFontMetrics(self.style.get("tickFont") or self.font()).height() + 2
-        self._all_rows = px_per_row >= need
-        if self._all_rows:
-            return [(1.0, [i + 0.5 for i in range(lo, hi)])]
-        step = max(1, math.ceil(need / (px_per_row * self.heads)))
-        first = (lo // (self.heads * step)) * self.heads * step
-        return [(float(self.heads * step), [i + 0.5 for i in range(first, hi, self.heads * step) if i >= lo])]
-
-    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802
-        rows = [int(math.floor(v)) for v in values]
-        if self._all_rows:
-            return [self.labels[r] if 0 <= r < len(self.labels) else "" for r in rows]
-        return [f"L{self.layer_offset + r // self.heads}" for r in rows]
-
-
 class RetentionHeatmap(QWidget):
     """Kept/evicted map of the compressed KV cache with score and quantization-error views.
 
@@ -231,6 +199,9 @@ class RetentionHeatmap(QWidget):
         self._fixed_items: list[pg.TextItem] = []
         self._marks: np.ndarray | None = None  # [rows, T_marked] bool: cells ringed (a question's attention)
         self._marks_label = ""
+        self._merges: np.ndarray | None = (
+            None  # [rows, T'] merging's target of each evicted position, −1 none
+        )
         self.title: str | None = None
         self._build_ui()
 
@@ -264,7 +235,7 @@ class RetentionHeatmap(QWidget):
             top.addWidget(w)
         top.setStretchFactor(self.legendLabel, 1)
 
-        self._x_axis, self._y_axis = TokenAxis(), _RowAxis()
+        self._x_axis, self._y_axis = TokenAxis(), RowAxis()
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setObjectName("heatmapGraphics")
         self.plot = self.graphics.addPlot(
@@ -339,6 +310,7 @@ class RetentionHeatmap(QWidget):
             if arr is not None and np.shape(arr) != kept.shape:
                 raise ValueError(f"{name} has shape {np.shape(arr)}, expected {kept.shape}")
         self.set_title(None)
+        self._merges = None  # they belong to one compression: show_compression sets them again
         self._kept = kept
         self._scores = None if scores is None else np.asarray(scores, dtype=np.float32)
         self._quant = None if quant_error is None else np.asarray(quant_error, dtype=np.float32)
@@ -372,6 +344,33 @@ class RetentionHeatmap(QWidget):
                 )
         self._marks, self._marks_label = marked, label if marked is not None else ""
         self._draw_marks(self._visible_rows())
+
+    def set_merge_targets(self, targets: np.ndarray | None) -> None:
+        """Merging's target of every evicted position, [rows, T'] (−1: kept or not merged; T' the compressed
+        prompt positions), for the hover; None clears. Rows that do not match the data shown are refused."""
+        if targets is not None:
+            targets = np.asarray(targets, dtype=np.int64)
+            if targets.ndim != 2 or targets.shape[0] != self._kept.shape[0]:
+                raise ValueError(
+                    f"merge targets {targets.shape} do not match the heatmap's {self._kept.shape[0]} rows"
+                )
+        self._merges = targets
+
+    def merge_info(self, row: int, position: int) -> str | None:
+        """Where merging put data row `row`'s position: "merged into position N (token 'x')" for an evicted one,
+        "holds k merged values (positions …)" for a kept target; None when nothing was merged there."""
+        m = self._merges
+        if m is None or not 0 <= position < m.shape[1]:
+            return None
+        target = int(m[row, position])
+        if target >= 0:
+            return f"merged into position {target} (token '{token_label(self._tokens[target], 20)}')"
+        sources = np.flatnonzero(m[row] == position)
+        if not sources.size:
+            return "not merged" if not self._kept[row, position] else None
+        shown = ", ".join(str(p) for p in sources[:6]) + ("…" if sources.size > 6 else "")
+        plural = "s" if sources.size != 1 else ""
+        return f"holds {sources.size} merged value{plural} (position{plural} {shown})"
 
     def marks(self) -> np.ndarray | None:
         """The ringed cells [rows, T'], or None."""
@@ -490,6 +489,9 @@ class RetentionHeatmap(QWidget):
             parts.append(f"{where} ({self._fixed[r // self._heads]})")
         else:
             parts.append("kept" if self._kept[r, position] else "evicted")
+            merged = self.merge_info(r, position)
+            if merged:
+                parts.append(merged)
         marks = self._marks
         shown = marks is not None and marks.shape[0] == self._kept.shape[0] and position < marks.shape[1]
         if shown and marks[r, position]:

@@ -1,8 +1,8 @@
 """Where the docks sit and how small the window may get: it must fit a 13-inch laptop (1280×800) in every state.
 
 The heatmap is the subject: it keeps the centre and the space the docks give up. Session on the left and
-Compression over Metrics on the right are always in view; the six wide views below (Continuations, Statistics,
-Sweep, Needle grid, Questions, Timeline) share one tabbed row the width of the heatmap and the Session panel, so each gets all of it.
+Compression over Metrics on the right are always in view; the seven wide views below (Continuations, Statistics,
+Sweep, Needle grid, Questions, Timeline, Stored form) share one tabbed row the width of the heatmap and the Session panel, so each gets all of it.
 Every dock's content scrolls rather than widening the window.
 """
 
@@ -34,6 +34,7 @@ class DockedWindow(Protocol):
     needleDock: QDockWidget
     questionsDock: QDockWidget
     timelineDock: QDockWidget
+    storedDock: QDockWidget
 
     @property
     def widget(self) -> QMainWindow: ...
@@ -41,7 +42,7 @@ class DockedWindow(Protocol):
 
 def arrange_docks(owner: DockedWindow) -> None:
     """The default layout: Session left, Compression over Metrics right (full height), Continuations, Statistics,
-    Sweep, Needle grid, Questions and Timeline tabbed below (Continuations in front); every dock shown and docked. Also View ▸ Reset
+    Sweep, Needle grid, Questions, Timeline and Stored form tabbed below (Continuations in front); every dock shown and docked. Also View ▸ Reset
     Layout."""
     window = owner.widget
     left, right, bottom = (
@@ -59,6 +60,7 @@ def arrange_docks(owner: DockedWindow) -> None:
         (owner.needleDock, bottom),
         (owner.questionsDock, bottom),
         (owner.timelineDock, bottom),
+        (owner.storedDock, bottom),
     ]
     for dock, area in placed:
         dock.setFloating(False)
@@ -70,6 +72,7 @@ def arrange_docks(owner: DockedWindow) -> None:
     window.tabifyDockWidget(owner.sweepDock, owner.needleDock)
     window.tabifyDockWidget(owner.needleDock, owner.questionsDock)
     window.tabifyDockWidget(owner.questionsDock, owner.timelineDock)
+    window.tabifyDockWidget(owner.timelineDock, owner.storedDock)
     owner.comparisonDock.raise_()
     window.setCorner(Qt.Corner.BottomLeftCorner, bottom)
     window.setCorner(Qt.Corner.BottomRightCorner, right)

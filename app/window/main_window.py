@@ -38,6 +38,7 @@ from app.widgets.questions_panel import QuestionsPanel
 from app.widgets.scrolling import scrolled
 from app.widgets.session_panel import SessionPanel, find_cached_models
 from app.widgets.status_area import StatusArea
+from app.widgets.stored_form import StoredFormPanel
 from app.widgets.sweep_panel import SweepPanel
 from app.widgets.timeline import TimelinePanel
 from app.window import layout
@@ -161,6 +162,8 @@ class MainWindow(QMainWindow):
         self.questionsDock = self._dock("Questions", self.questionsPanel, scroll=False)
         self.timelinePanel = TimelinePanel()
         self.timelineDock = self._dock("Timeline", self.timelinePanel, scroll=False)
+        self.storedPanel = StoredFormPanel()
+        self.storedDock = self._dock("Stored form", self.storedPanel, scroll=False)
         layout.arrange_docks(self)
 
         panel = self.sessionPanel
@@ -174,6 +177,7 @@ class MainWindow(QMainWindow):
         self.controls.methodCombo.currentIndexChanged.connect(self._on_method_changed)
         self.controls.autoRegenerateCheck.toggled.connect(self.request_compression)
         self.heatmap.hoverInfo.connect(self.status.show_hover)
+        self.storedPanel.hoverInfo.connect(self.status.show_hover)
         self.exportCsvButton.clicked.connect(self.export_csv_dialog)
         self.statsPane.exportImageButton.clicked.connect(self.export_image_dialog)
         self.comparison.strip.exportButton.clicked.connect(self.export_strip_dialog)
@@ -195,6 +199,7 @@ class MainWindow(QMainWindow):
             self.needleDock,
             self.questionsDock,
             self.timelineDock,
+            self.storedDock,
         ]
 
     def _dock(self, title: str, widget: QWidget, scroll: bool = True) -> QDockWidget:
@@ -385,6 +390,7 @@ class MainWindow(QMainWindow):
         cleared = f"{cleared} {self.sweeping.clear('another model was loaded')}".strip()
         cleared = f"{cleared} {self.timeline.clear('another model was loaded')}".strip()
         self.heatmap.clear()
+        self.storedPanel.clear()
         self.questionsPanel.clear_answers()
         self.comparison.set_texts([], [], None)
         self.comparison.set_steps(None)
@@ -429,6 +435,8 @@ class MainWindow(QMainWindow):
             view.not_compressible_labels,
         )
         self.heatmap.set_boundary(view.n_prompt_positions, view.sequence.prompt_len)
+        self.heatmap.set_merge_targets(view.merge_targets)
+        self.storedPanel.set_compression(view)
         fit_columns = not self.statsTable.rows()
         self.statsTable.set_rows(*self.pinning.on_compression(view))
         if fit_columns:

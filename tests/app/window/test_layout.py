@@ -102,6 +102,7 @@ def test_reset_layout_shows_and_docks_every_panel(window):
         window.needleDock,
         window.questionsDock,
         window.timelineDock,
+        window.storedDock,
     }
     assert set(window.tabifiedDockWidgets(window.statsDock)) == below
     assert not window.comparisonDock.visibleRegion().isEmpty(), "the continuations are in front"

@@ -1,0 +1,234 @@
+"""Merging's targets (issue 38): for one layer, x = prompt position, one band per kv-head; each evicted position
+whose value merging folded into a kept one is joined to it by an arc, so a user sees where every evicted position
+went. Kept positions orange, evicted-and-merged blue, evicted-and-dropped dark; the hover names both tokens.
+
+Fed plain arrays (app.engine.stored_view.merge_rows and the heatmap's kept mask); it never talks to the engine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Signal
+from PySide6.QtGui import QCursor
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolTip, QVBoxLayout, QWidget
+
+from app.widgets.heatmap import EVICTED_RGBA, KEPT_RGBA
+from app.widgets.token_axis import TokenAxis, token_label
+
+#: Said instead of the view when nothing was merged.
+NO_MERGES = (
+    "Nothing was merged: only merging (merging, merging-METHOD) folds each evicted value into a kept one; cam "
+    "merges while decoding (Timeline dock)."
+)
+#: Okabe–Ito sky blue: apart from the kept orange for the common colour-vision deficiencies.
+MERGED_RGBA = (86, 180, 233, 255)
+_ARC_PEN = pg.mkPen((235, 235, 235, 150), width=1)
+_ARC_POINTS = 17
+#: The tallest arc reaches this share of its band above the band's centre line.
+_ARC_HEIGHT = 0.45
+_LEGEND = " &nbsp;".join(
+    f'<span style="color: rgb{rgba[:3]}">■</span> {text}'
+    for rgba, text in (
+        (KEPT_RGBA, "kept"),
+        (MERGED_RGBA, "evicted, merged (arc to its target)"),
+        ((90, 90, 100), "evicted, dropped"),
+    )
+)
+
+
+def render_merges(kept: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """[H, T] kept mask and targets (−1: none) -> [H, T, 4]: kept, evicted-and-merged, evicted-and-dropped."""
+    idx = np.where(kept, 2, np.where(targets >= 0, 1, 0)).astype(np.uint8)
+    return np.array([EVICTED_RGBA, MERGED_RGBA, KEPT_RGBA], dtype=np.uint8)[idx]
+
+
+def arc_path(targets: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """x, y of every arc (band h's centre at h + 0.5, arcs rising towards smaller y), NaN between arcs, for one
+    PlotDataItem with connect="finite"; taller the farther a value travelled."""
+    heads, sources = np.nonzero(targets >= 0)
+    if not heads.size:
+        return np.zeros(0), np.zeros(0)
+    ends = targets[heads, sources].astype(np.float64)
+    s = np.linspace(0.0, 1.0, _ARC_POINTS)
+    x = sources[:, None] + 0.5 + (ends - sources)[:, None] * s[None, :]
+    height = _ARC_HEIGHT * np.sqrt(np.abs(ends - sources) / max(1, length))[:, None]
+    y = heads[:, None] + 0.5 - height * 4 * s * (1 - s)
+    nan = np.full((heads.size, 1), np.nan)
+    return np.hstack([x, nan]).ravel(), np.hstack([y, nan]).ravel()
+
+
+class MergeMap(QWidget):
+    """A layer chooser, the one-line summary (or why there is nothing) and the arcs of the chosen layer."""
+
+    hoverInfo = Signal(str)  # noqa: N815 (Qt signal naming)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("mergeMap")
+        self._kept = np.zeros((0, 0), bool)
+        self._targets: np.ndarray | None = None
+        self._tokens: list[str] = []
+        self._heads = 1
+        self._last: tuple[int, int] | None = None
+        self.noteLabel = QLabel(NO_MERGES, objectName="mergeMapNote")
+        self.noteLabel.setWordWrap(True)
+        self.layerCombo = QComboBox(objectName="mergeMapLayerCombo")
+        self.layerCombo.setToolTip("The layer whose kv-heads are drawn, one band each")
+        self.legendLabel = QLabel(_LEGEND, objectName="mergeMapLegend")
+        self.legendLabel.setWordWrap(True)
+        self._x_axis = TokenAxis()
+        self._y_axis = pg.AxisItem("left")
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setObjectName("mergeMapGraphics")
+        self.plot = self.graphics.addPlot(
+            row=0, col=0, axisItems={"bottom": self._x_axis, "left": self._y_axis}
+        )
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.invertY(True)
+        self.plot.setMouseEnabled(y=False)
+        self.plot.setLabel("bottom", "position")
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.plot.addItem(self.image)
+        self.arcs = pg.PlotDataItem(pen=_ARC_PEN, connect="finite")
+        self.arcs.setZValue(5)
+        self.plot.addItem(self.arcs)
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(QLabel("Layer"))
+        top.addWidget(self.layerCombo)
+        top.addWidget(self.legendLabel, 1)
+        self.controls = QWidget(objectName="mergeMapControls")
+        self.controls.setLayout(top)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.setSpacing(2)
+        layout.addWidget(self.noteLabel)
+        layout.addWidget(self.controls)
+        layout.addWidget(self.graphics, 1)
+        self.layerCombo.currentIndexChanged.connect(self._redraw)
+        self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.set_data(None, np.zeros((0, 0), bool), [], 0, 1)
+
+    def set_data(
+        self,
+        targets: np.ndarray | None,
+        kept: np.ndarray,
+        token_texts: list[str],
+        n_layers: int,
+        n_kv_heads: int,
+    ) -> None:
+        """Show merging's targets [L*H_kv, T] (−1: none) over the kept mask [L*H_kv, ≥T]; None: nothing merged."""
+        self._targets = None if targets is None else np.asarray(targets, dtype=np.int64)
+        self._heads = max(1, n_kv_heads)
+        self._tokens = list(token_texts)
+        self._last = None
+        shown = self._targets is not None
+        self.graphics.setVisible(shown)
+        self.controls.setVisible(shown)
+        if not shown:
+            self.noteLabel.setText(NO_MERGES)
+            self._kept = np.zeros((0, 0), bool)
+            self.image.clear()
+            self.arcs.setData([], [])
+            return
+        length = self._targets.shape[1]
+        self._kept = np.asarray(kept, dtype=bool)[:, :length]
+        merged = (self._targets >= 0).reshape(n_layers, self._heads, length).sum(axis=(1, 2))
+        self.noteLabel.setText(
+            f"merging folded {int(merged.sum()):,} evicted values into kept positions "
+            f"({', '.join(f'L{i} {n}' for i, n in enumerate(merged))}); each arc goes from an evicted position "
+            "to the kept one its value was added to."
+        )
+        current = self.layerCombo.currentIndex()
+        self.layerCombo.blockSignals(True)
+        self.layerCombo.clear()
+        for layer in range(n_layers):
+            self.layerCombo.addItem(f"Layer {layer} ({int(merged[layer])} merged)", layer)
+        first = int(np.argmax(merged > 0)) if merged.any() else 0
+        self.layerCombo.setCurrentIndex(current if 0 <= current < n_layers else first)
+        self.layerCombo.blockSignals(False)
+        self._redraw()
+
+    def set_layer(self, layer: int) -> None:
+        self.layerCombo.setCurrentIndex(layer)
+
+    def layer(self) -> int:
+        return max(0, self.layerCombo.currentIndex())
+
+    def arc_pairs(self) -> list[tuple[int, int, int]]:
+        """(kv-head, evicted position, target position) of every arc drawn for the shown layer."""
+        t = self._layer_targets()
+        if t is None:
+            return []
+        heads, sources = np.nonzero(t >= 0)
+        return [(int(h), int(p), int(t[h, p])) for h, p in zip(heads, sources, strict=True)]
+
+    def info_at(self, head: int, position: int) -> str:
+        """The shown layer's kv-head `head` at `position`: its token, and where its value went or which merged
+        values it holds."""
+        layer = self.layer()
+        t = self._layer_targets()
+        row = layer * self._heads + head
+        parts = [f"L{layer} h{head}", f"position {position} '{token_label(self._tokens[position], 30)}'"]
+        target = int(t[head, position])
+        if target >= 0:
+            parts.append(
+                f"evicted, merged into position {target} '{token_label(self._tokens[target], 30)}' "
+                f"({abs(target - position)} positions {'later' if target > position else 'earlier'})"
+            )
+        elif self._kept[row, position]:
+            sources = np.flatnonzero(t[head] == position)
+            listed = ", ".join(str(p) for p in sources[:8]) + ("…" if sources.size > 8 else "")
+            parts.append(
+                f"kept; holds {sources.size} merged value{'s' if sources.size != 1 else ''}"
+                + (f" (positions {listed})" if sources.size else "")
+            )
+        else:
+            parts.append("evicted, not merged (below the similarity threshold or outside the merge fraction)")
+        return " · ".join(parts)
+
+    def _layer_targets(self) -> np.ndarray | None:
+        if self._targets is None:
+            return None
+        layer = self.layer()
+        return self._targets[layer * self._heads : (layer + 1) * self._heads]
+
+    def _redraw(self, *_: object) -> None:
+        t = self._layer_targets()
+        if t is None:
+            return
+        layer = self.layer()
+        kept = self._kept[layer * self._heads : (layer + 1) * self._heads]
+        heads, length = t.shape
+        self.image.setImage(render_merges(kept, t), autoLevels=False, levels=(0, 255))
+        self.image.setRect(QRectF(0, 0, length, heads))
+        x, y = arc_path(t, length)
+        self.arcs.setData(x, y)
+        self._y_axis.setTicks([[(h + 0.5, f"h{h}") for h in range(heads)]])
+        self._x_axis.tokens = self._tokens[:length]
+        self.plot.setLimits(xMin=0, xMax=length, yMin=0, yMax=heads)
+        self.plot.setRange(xRange=(0, length), yRange=(0, heads), padding=0)
+        self._x_axis.picture = None
+        self._x_axis.update()
+        self._last = None
+
+    def _on_mouse_moved(self, scene_pos: QPointF) -> None:
+        cell = None
+        t = self._layer_targets()
+        if t is not None and self.plot.vb.sceneBoundingRect().contains(scene_pos):
+            point = self.plot.vb.mapSceneToView(scene_pos)
+            head, position = math.floor(point.y()), math.floor(point.x())
+            if 0 <= head < t.shape[0] and 0 <= position < t.shape[1]:
+                cell = (head, position)
+        if cell == self._last:
+            return
+        self._last = cell
+        text = "" if cell is None else self.info_at(*cell)
+        self.graphics.setToolTip(text)
+        if text:
+            QToolTip.showText(QCursor.pos(), text, self.graphics)
+        self.hoverInfo.emit(text)

@@ -1,0 +1,127 @@
+"""The Stored form dock in the real window (issue 38): ThinK's kept key channels per (layer, kv-head) equal a Session's
+in the test thread and their bytes are the memory the cache really lost; merging's targets are drawn as arcs and
+named on hover, in the dock and in the heatmap; a method that does neither says so in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication
+
+from app.widgets.channel_map import NO_CHANNELS
+from app.widgets.heatmap import KEPT_RGBA
+from app.widgets.merge_map import NO_MERGES
+from app.window.main_window import MainWindow
+from kvcore.engine.session import CompressionConfig, Session
+from tests.app.waiting import wait_until
+from tests.app.windows import shown_after
+
+PROMPT = "def main(argv): return sum(x * x for x in argv) The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def ctx(qapp, model_dirs, tmp_path_factory):
+    model = str(model_dirs["llama"])
+    window = MainWindow(
+        model=model, settings_path=tmp_path_factory.mktemp("s") / "s.json", continuation_tokens=2
+    )
+    window.resize(1280, 800)
+    window.show()
+    ref = Session.load(model)
+    ref.prefill(PROMPT, n_tokens=2, chat_template=False)
+    wait_until(lambda: window.model_info is not None)
+    window.sessionPanel.chatTemplateCheck.setChecked(False)
+    window.prefill(PROMPT)
+    wait_until(lambda: window.displayed_ids)
+    window.storedDock.raise_()
+    yield window, ref
+    window.close()
+    QApplication.processEvents()
+
+
+def _show(window, method: str, ratio: float = 0.5):
+    shown_after(
+        window,
+        lambda: window.controls.set_config({**window.controls.config(), "method": method, "ratio": ratio}),
+    )
+    return CompressionConfig.from_dict(window.controls.config())
+
+
+def _hover(graphics, plot, x: float, y: float) -> str:
+    scene = plot.vb.mapViewToScene(QPointF(x, y))
+    QTest.mouseMove(graphics.viewport(), graphics.mapFromScene(scene))
+    QApplication.processEvents()
+    return graphics.toolTip()
+
+
+def test_think_shows_each_heads_kept_channels_and_the_bytes_they_save(ctx):
+    window, ref = ctx
+    cfg = _show(window, "think")
+    panel = window.storedPanel
+    assert panel.currentWidget() is panel.channelMap
+    view = panel.channelMap.view()
+    state = ref.compress(cfg)
+    plain = ref.compress(CompressionConfig("snapkv", cfg.ratio, schedule=cfg.schedule))
+    head_dim = ref.info.head_dim
+    n_heads = state.kept.shape[1]
+    for layer, channels in enumerate(Session.kept_channels(state)):
+        want = np.zeros((n_heads, head_dim), bool)
+        np.put_along_axis(want, channels.astype(np.int64), True, axis=1)
+        np.testing.assert_array_equal(view.kept[layer * n_heads : (layer + 1) * n_heads], want)
+    assert view.kept.sum(axis=1).tolist() == [head_dim // 2] * view.kept.shape[0], "ratio 0.5 prunes half"
+    assert int(view.bytes_saved.sum()) == plain.bytes_compressed - state.bytes_compressed, "the memory lost"
+    drawn = panel.channelMap.image.image
+    assert drawn.shape[:2] == view.kept.shape
+    assert ((drawn[..., :3] == KEPT_RGBA[:3]).all(axis=-1) == view.kept).all()
+    assert f"of {head_dim} key channels" in panel.channelMap.noteLabel.text()
+    row, channel = 3, int(np.flatnonzero(~view.kept[3])[0])
+    text = _hover(panel.channelMap.graphics, panel.channelMap.plot, channel + 0.5, row + 0.5)
+    assert text == panel.channelMap.info_at(row, channel)
+    assert f"Layer 1 · kv-head 1 · key channel {channel} · pruned" in text
+    assert (
+        f"stores {head_dim // 2} of {head_dim} channels for its {int(view.rows_stored[row])} kept rows"
+        in text
+    )
+    assert panel.mergeMap.noteLabel.text() == NO_MERGES and panel.mergeMap.graphics.isHidden()
+
+
+def test_merging_draws_where_each_evicted_position_went(ctx):
+    window, ref = ctx
+    cfg = _show(window, "merging")
+    panel = window.storedPanel
+    assert panel.currentWidget() is panel.mergeMap
+    targets = Session.merge_targets(ref.compress(cfg))
+    merges = panel.mergeMap
+    layer = merges.layer()
+    want = [
+        (h, int(p), int(targets[layer][h, p])) for h, p in zip(*np.nonzero(targets[layer] >= 0), strict=True)
+    ]
+    assert want and merges.arc_pairs() == want
+    x, _ = merges.arcs.getData()
+    assert np.isnan(x).sum() == len(want), "one arc an evicted position"
+    head, source, target = want[0]
+    tokens = window.heatmap._tokens
+    text = _hover(merges.graphics, merges.plot, source + 0.5, head + 0.5)
+    assert text == merges.info_at(head, source) and f"merged into position {target}" in text
+    assert f"position {source} '" in text
+    kept_text = merges.info_at(head, target)
+    assert "kept; holds" in kept_text and str(source) in kept_text
+    window.heatmap.set_layer(None)
+    row = layer * ref.info.n_kv_heads + head
+    heat = _hover(window.heatmap.graphics, window.heatmap.plot, source + 0.5, row + 0.5)
+    assert heat == window.heatmap.info_at(row, source)
+    assert "evicted · merged into position" in heat and f"position {target} (token '" in heat
+    assert tokens[target].strip()[:3] in heat
+    assert panel.channelMap.noteLabel.text() == NO_CHANNELS and panel.channelMap.graphics.isHidden()
+
+
+def test_a_method_that_keeps_the_stored_form_says_so(ctx):
+    window, _ = ctx
+    _show(window, "snapkv")
+    panel = window.storedPanel
+    assert panel.channelMap.noteLabel.text() == NO_CHANNELS and panel.channelMap.view() is None
+    assert panel.mergeMap.noteLabel.text() == NO_MERGES and not panel.mergeMap.arc_pairs()
+    evicted = np.argwhere(~window.heatmap._kept[:, : window.heatmap.boundary_column])[0]
+    assert "merged" not in window.heatmap.info_at(*evicted)
