@@ -132,7 +132,9 @@ def _wait(app, condition, timeout: float) -> bool:
     return condition()
 
 
-def main(out: Path, sweep: bool = False, questions: bool = False, timeline: bool = False) -> int:
+def main(
+    out: Path, sweep: bool = False, questions: bool = False, timeline: bool = False, stored: bool = False
+) -> int:
     sys.path.insert(0, str(ROOT))
     from PySide6.QtWidgets import QApplication
 
@@ -171,6 +173,8 @@ def main(out: Path, sweep: bool = False, questions: bool = False, timeline: bool
         if sweep and not _sweep_shots(app, window, out.parent):
             return 1
         if questions and not _questions_shot(app, window, out.parent / "questions.png"):
+            return 1
+        if stored and not _stored_shots(app, window, out.parent):
             return 1
         window.close()
     print(f"Wrote {out}")
@@ -277,6 +281,69 @@ def _questions_shot(app, window, out: Path) -> bool:  # noqa: ANN001
     return _window_shot(app, window, window.questionsDock, out)
 
 
+#: The Stored form shots: ThinK over snapkv, then merging over snapkv, at half the positions, unquantized (both rewrite
+#: float rows), each with a hover on its view.
+STORED_CONFIGS = {"think_channels": "think", "merges": "merging"}
+STORED_WIDTH = 980
+#: The merges shot shows this many positions either side of the hovered one (token texts readable under them).
+STORED_ZOOM = 30
+
+
+def _stored_shots(app, window, folder: Path) -> bool:  # noqa: ANN001
+    """docs/think_channels.png and docs/merges.png: the Stored form dock (grabbed alone, a small image) after
+    compressing with each of STORED_CONFIGS, the bottom row taller, one cell hovered (its text in the status)."""
+    from PySide6.QtCore import QPointF, Qt
+
+    dock, panel = window.storedDock, window.storedPanel
+    dock.show()
+    dock.raise_()
+    window.resizeDocks([dock], [RUN_DOCK_HEIGHT], Qt.Orientation.Vertical)
+    for name, method in STORED_CONFIGS.items():
+        before = len(window.displayed_ids)
+        window.controls.set_config({**window.controls.config(), "method": method, "ratio": 0.5, "bits": 16})
+        if not _wait(
+            app, lambda b=before: len(window.displayed_ids) > b and not window.status.busyLabel.text(), 600
+        ):
+            print(f"{method} did not finish: {window.last_error}", file=sys.stderr)
+            return False
+        view = panel.currentWidget()
+        if method == "merging":
+            if not _merge_shots(app, dock, view, folder):
+                return False
+            continue
+        view._on_mouse_moved(view.plot.vb.mapViewToScene(QPointF(view.view().head_dim * 0.3, 2.5)))
+        if not _dock_shot(app, dock, folder / f"{name}.png"):
+            return False
+    return True
+
+
+def _merge_shots(app, dock, view, folder: Path) -> bool:  # noqa: ANN001
+    """docs/merges.png: the evicted × target matrix, a merge hovered; docs/merges_arcs.png: the arcs zoomed in on
+    a short merge, as a user reads them."""
+    from PySide6.QtCore import QPointF
+
+    pairs = view.arc_pairs()
+    short = [p for p in pairs if 0 < abs(p[2] - p[1]) <= 12] or pairs
+    head, source, target = short[len(short) // 2] if short else (0, 0, 0)
+    view.set_matrix(True)
+    view._on_mouse_moved(view.plot.vb.mapViewToScene(QPointF(source + 0.5, target + 0.5)))
+    if not _dock_shot(app, dock, folder / "merges.png"):
+        return False
+    view.set_matrix(False)
+    view.plot.setXRange(max(0, source - STORED_ZOOM), source + STORED_ZOOM, padding=0)
+    view._on_mouse_moved(view.plot.vb.mapViewToScene(QPointF(source + 0.5, head + 0.5)))
+    return _dock_shot(app, dock, folder / "merges_arcs.png")
+
+
+def _dock_shot(app, dock, out: Path) -> bool:  # noqa: ANN001
+    _wait(app, lambda: False, 0.5)
+    if not dock.grab().scaledToWidth(min(STORED_WIDTH, dock.width())).save(str(out)):
+        print(f"Could not write {out}", file=sys.stderr)
+        return False
+    print(f"Wrote {out}")
+    return True
+
+
 #: The Timeline shot: a 1,024-token generation under knorm from the full prefill cache of a 611-token sample
 #: (prompt and generation fit the demo model's 2,048-token context), one layer × kv-head drawn.
 TIMELINE = {"method": "knorm", "budget": 256, "interval": 16, "tokens": 1024}
@@ -320,7 +387,7 @@ def _timeline_shot(app, window, out: Path) -> bool:  # noqa: ANN001
 
 
 if __name__ == "__main__":
-    flags = ("--sweep", "--questions", "--timeline")
+    flags = ("--sweep", "--questions", "--timeline", "--stored")
     args = [a for a in sys.argv[1:] if a not in flags and not a.startswith("--size=")]
     target = Path(args[0]) if args else DEFAULT_OUT
     sys.exit(
@@ -331,5 +398,6 @@ if __name__ == "__main__":
             sweep="--sweep" in sys.argv,
             questions="--questions" in sys.argv,
             timeline="--timeline" in sys.argv,
+            stored="--stored" in sys.argv,
         )
     )

@@ -11,14 +11,16 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import QLabel, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.engine.stored_view import ChannelView
 from app.widgets.heatmap import KEPT_RGBA
 from app.widgets.row_axis import RowAxis
 
+#: The line under the view when nothing is hovered (the hover text goes there and to the status bar).
+HOVER_HINT = "Hover a cell: the head's stored channels and the bytes its pruned ones save."
 #: Said instead of the map when the method stores every key channel.
 NO_CHANNELS = (
     "Every key channel is stored: only ThinK (think, think-METHOD, or a chain such as snapkv+think) prunes key "
@@ -72,6 +74,11 @@ class ChannelMap(QWidget):
         layout.addWidget(self.noteLabel)
         layout.addWidget(self.legendLabel)
         layout.addWidget(self.graphics, 1)
+        self.hoverLabel = QLabel(HOVER_HINT, objectName="channelMapHover")
+        self.hoverLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # a long hover line is cut at the dock's edge rather than widening the window
+        self.hoverLabel.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        layout.addWidget(self.hoverLabel)
         self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.set_view(None, [], 1)
 
@@ -81,6 +88,7 @@ class ChannelMap(QWidget):
         self._last = None
         self.graphics.setVisible(view is not None)
         self.legendLabel.setVisible(view is not None)
+        self.hoverLabel.setVisible(view is not None)
         if view is None:
             self.noteLabel.setText(NO_CHANNELS)
             self.image.clear()
@@ -131,6 +139,7 @@ class ChannelMap(QWidget):
         self._last = cell
         text = "" if cell is None else self.info_at(*cell)
         self.graphics.setToolTip(text)
+        self.hoverLabel.setText(text or HOVER_HINT)
         if text:
             QToolTip.showText(QCursor.pos(), text, self.graphics)
         self.hoverInfo.emit(text)

@@ -11,24 +11,42 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.widgets.heatmap import EVICTED_RGBA, KEPT_RGBA
 from app.widgets.token_axis import TokenAxis, token_label
 
+#: The line under the view when nothing is hovered (the hover text goes there and to the status bar).
+HOVER_HINT = "Hover a position: where its value went, or which merged values it holds."
 #: Said instead of the view when nothing was merged.
 NO_MERGES = (
     "Nothing was merged: only merging (merging, merging-METHOD) folds each evicted value into a kept one; cam "
     "merges while decoding (Timeline dock)."
 )
-#: Okabe–Ito sky blue: apart from the kept orange for the common colour-vision deficiencies.
-MERGED_RGBA = (86, 180, 233, 255)
-_ARC_PEN = pg.mkPen((235, 235, 235, 150), width=1)
+#: A dark Okabe–Ito blue: apart from the kept orange for the common colour-vision deficiencies, and dark enough
+#: that the white arcs over it read.
+MERGED_RGBA = (0, 84, 134, 255)
+_ARC_PEN = pg.mkPen((235, 235, 235, 110), width=1)
 _ARC_POINTS = 17
-#: The tallest arc reaches this share of its band above the band's centre line.
+DRAW_ARCS = "Arcs per kv-head"
+DRAW_MATRIX = "Evicted × target"
+#: Okabe–Ito colours, one a kv-head in the matrix (cycled past eight).
+HEAD_RGB = (
+    (230, 159, 0),
+    (86, 180, 233),
+    (0, 158, 115),
+    (240, 228, 66),
+    (0, 114, 178),
+    (213, 94, 0),
+    (204, 121, 167),
+    (235, 235, 235),
+)
+#: The tallest arc reaches this share of its band above the band's centre line; an arc over _ARC_SPAN positions or
+#: more is that tall, a shorter one lower (a merge to the next kept position stays visible when zoomed in).
 _ARC_HEIGHT = 0.45
+_ARC_SPAN = 48
 _LEGEND = " &nbsp;".join(
     f'<span style="color: rgb{rgba[:3]}">■</span> {text}'
     for rgba, text in (
@@ -45,16 +63,16 @@ def render_merges(kept: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return np.array([EVICTED_RGBA, MERGED_RGBA, KEPT_RGBA], dtype=np.uint8)[idx]
 
 
-def arc_path(targets: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+def arc_path(targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """x, y of every arc (band h's centre at h + 0.5, arcs rising towards smaller y), NaN between arcs, for one
-    PlotDataItem with connect="finite"; taller the farther a value travelled."""
+    PlotDataItem with connect="finite"; taller the farther a value travelled, up to _ARC_SPAN positions."""
     heads, sources = np.nonzero(targets >= 0)
     if not heads.size:
         return np.zeros(0), np.zeros(0)
     ends = targets[heads, sources].astype(np.float64)
     s = np.linspace(0.0, 1.0, _ARC_POINTS)
     x = sources[:, None] + 0.5 + (ends - sources)[:, None] * s[None, :]
-    height = _ARC_HEIGHT * np.sqrt(np.abs(ends - sources) / max(1, length))[:, None]
+    height = _ARC_HEIGHT * np.sqrt(np.minimum(1.0, np.abs(ends - sources) / _ARC_SPAN))[:, None]
     y = heads[:, None] + 0.5 - height * 4 * s * (1 - s)
     nan = np.full((heads.size, 1), np.nan)
     return np.hstack([x, nan]).ravel(), np.hstack([y, nan]).ravel()
@@ -77,6 +95,12 @@ class MergeMap(QWidget):
         self.noteLabel.setWordWrap(True)
         self.layerCombo = QComboBox(objectName="mergeMapLayerCombo")
         self.layerCombo.setToolTip("The layer whose kv-heads are drawn, one band each")
+        self.drawCombo = QComboBox(objectName="mergeMapDrawCombo")
+        self.drawCombo.addItems([DRAW_ARCS, DRAW_MATRIX])
+        self.drawCombo.setToolTip(
+            "Arcs: one band a kv-head, an arc from each evicted position to its target (zoom in to read them). "
+            "Evicted × target: a point a merge (x where it was, y where it went), one colour a kv-head"
+        )
         self.legendLabel = QLabel(_LEGEND, objectName="mergeMapLegend")
         self.legendLabel.setWordWrap(True)
         self._x_axis = TokenAxis()
@@ -96,10 +120,17 @@ class MergeMap(QWidget):
         self.arcs = pg.PlotDataItem(pen=_ARC_PEN, connect="finite")
         self.arcs.setZValue(5)
         self.plot.addItem(self.arcs)
+        self.points = pg.ScatterPlotItem(size=4, pen=None, pxMode=True)
+        self.plot.addItem(self.points)
+        self.diagonal = pg.InfiniteLine(
+            angle=45, movable=False, pen=pg.mkPen((150, 150, 150), style=Qt.PenStyle.DashLine)
+        )
+        self.plot.addItem(self.diagonal)
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(QLabel("Layer"))
         top.addWidget(self.layerCombo)
+        top.addWidget(self.drawCombo)
         top.addWidget(self.legendLabel, 1)
         self.controls = QWidget(objectName="mergeMapControls")
         self.controls.setLayout(top)
@@ -109,7 +140,13 @@ class MergeMap(QWidget):
         layout.addWidget(self.noteLabel)
         layout.addWidget(self.controls)
         layout.addWidget(self.graphics, 1)
+        self.hoverLabel = QLabel(HOVER_HINT, objectName="mergeMapHover")
+        self.hoverLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # a long hover line is cut at the dock's edge rather than widening the window
+        self.hoverLabel.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        layout.addWidget(self.hoverLabel)
         self.layerCombo.currentIndexChanged.connect(self._redraw)
+        self.drawCombo.currentIndexChanged.connect(self._redraw)
         self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.set_data(None, np.zeros((0, 0), bool), [], 0, 1)
 
@@ -129,6 +166,7 @@ class MergeMap(QWidget):
         shown = self._targets is not None
         self.graphics.setVisible(shown)
         self.controls.setVisible(shown)
+        self.hoverLabel.setVisible(shown)
         if not shown:
             self.noteLabel.setText(NO_MERGES)
             self._kept = np.zeros((0, 0), bool)
@@ -139,9 +177,8 @@ class MergeMap(QWidget):
         self._kept = np.asarray(kept, dtype=bool)[:, :length]
         merged = (self._targets >= 0).reshape(n_layers, self._heads, length).sum(axis=(1, 2))
         self.noteLabel.setText(
-            f"merging folded {int(merged.sum()):,} evicted values into kept positions "
-            f"({', '.join(f'L{i} {n}' for i, n in enumerate(merged))}); each arc goes from an evicted position "
-            "to the kept one its value was added to."
+            f"merging folded {int(merged.sum()):,} evicted values into kept positions over {n_layers} layers; "
+            "each arc joins an evicted position to the kept one its value was added to."
         )
         current = self.layerCombo.currentIndex()
         self.layerCombo.blockSignals(True)
@@ -197,6 +234,13 @@ class MergeMap(QWidget):
         layer = self.layer()
         return self._targets[layer * self._heads : (layer + 1) * self._heads]
 
+    def matrix(self) -> bool:
+        """Whether the evicted × target matrix is drawn (else the arcs)."""
+        return self.drawCombo.currentText() == DRAW_MATRIX
+
+    def set_matrix(self, on: bool) -> None:
+        self.drawCombo.setCurrentText(DRAW_MATRIX if on else DRAW_ARCS)
+
     def _redraw(self, *_: object) -> None:
         t = self._layer_targets()
         if t is None:
@@ -204,31 +248,66 @@ class MergeMap(QWidget):
         layer = self.layer()
         kept = self._kept[layer * self._heads : (layer + 1) * self._heads]
         heads, length = t.shape
-        self.image.setImage(render_merges(kept, t), autoLevels=False, levels=(0, 255))
-        self.image.setRect(QRectF(0, 0, length, heads))
-        x, y = arc_path(t, length)
-        self.arcs.setData(x, y)
-        self._y_axis.setTicks([[(h + 0.5, f"h{h}") for h in range(heads)]])
+        matrix = self.matrix()
+        for item in (self.image, self.arcs):
+            item.setVisible(not matrix)
+        for item in (self.points, self.diagonal):
+            item.setVisible(matrix)
+        self.legendLabel.setText(_matrix_legend(heads) if matrix else _LEGEND)
         self._x_axis.tokens = self._tokens[:length]
-        self.plot.setLimits(xMin=0, xMax=length, yMin=0, yMax=heads)
-        self.plot.setRange(xRange=(0, length), yRange=(0, heads), padding=0)
+        if matrix:
+            h, src = np.nonzero(t >= 0)
+            brushes = [pg.mkBrush(*HEAD_RGB[i % len(HEAD_RGB)], 200) for i in h]
+            self.points.setData(x=src + 0.5, y=t[h, src] + 0.5, brush=brushes)
+            self.plot.invertY(False)
+            self._y_axis.setTicks(None)
+            self.plot.setLabel("left", "merged into position")
+            self.plot.setLabel("bottom", "evicted position")
+            self.plot.setLimits(xMin=0, xMax=length, yMin=0, yMax=length)
+            self.plot.setRange(xRange=(0, length), yRange=(0, length), padding=0)
+        else:
+            self.image.setImage(render_merges(kept, t), autoLevels=False, levels=(0, 255))
+            self.image.setRect(QRectF(0, 0, length, heads))
+            self.arcs.setData(*arc_path(t))
+            self.plot.invertY(True)
+            self._y_axis.setTicks([[(h + 0.5, f"h{h}") for h in range(heads)]])
+            self.plot.setLabel("left", "")
+            self.plot.setLabel("bottom", "position")
+            self.plot.setLimits(xMin=0, xMax=length, yMin=0, yMax=heads)
+            self.plot.setRange(xRange=(0, length), yRange=(0, heads), padding=0)
         self._x_axis.picture = None
         self._x_axis.update()
         self._last = None
 
-    def _on_mouse_moved(self, scene_pos: QPointF) -> None:
-        cell = None
+    def _cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
+        """(kv-head, position) under the pointer: a band's cell, or in the matrix the merge at (x, y)."""
         t = self._layer_targets()
-        if t is not None and self.plot.vb.sceneBoundingRect().contains(scene_pos):
-            point = self.plot.vb.mapSceneToView(scene_pos)
-            head, position = math.floor(point.y()), math.floor(point.x())
-            if 0 <= head < t.shape[0] and 0 <= position < t.shape[1]:
-                cell = (head, position)
+        if t is None or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        point = self.plot.vb.mapSceneToView(scene_pos)
+        x, y = math.floor(point.x()), math.floor(point.y())
+        if not 0 <= x < t.shape[1]:
+            return None
+        if self.matrix():
+            heads = np.flatnonzero(t[:, x] == y)
+            return (int(heads[0]), x) if heads.size else None
+        return (y, x) if 0 <= y < t.shape[0] else None
+
+    def _on_mouse_moved(self, scene_pos: QPointF) -> None:
+        cell = self._cell_at(scene_pos)
         if cell == self._last:
             return
         self._last = cell
         text = "" if cell is None else self.info_at(*cell)
         self.graphics.setToolTip(text)
+        self.hoverLabel.setText(text or HOVER_HINT)
         if text:
             QToolTip.showText(QCursor.pos(), text, self.graphics)
         self.hoverInfo.emit(text)
+
+
+def _matrix_legend(heads: int) -> str:
+    keys = " &nbsp;".join(
+        f'<span style="color: rgb{HEAD_RGB[h % len(HEAD_RGB)]}">●</span> h{h}' for h in range(heads)
+    )
+    return f"{keys} &nbsp;a point a merge; on the dashed diagonal a value would stay where it was"
