@@ -27,6 +27,45 @@ PROGRESS_EVERY_S = 0.2
 
 
 @dataclass(frozen=True)
+class CamMerges:
+    """Every value cam merged during a run, one entry a (evicted position, target) pair: the step it was evicted
+    at, its layer and kv-head, and the share of the evicted value added to the target's (kvcore.engine.cam)."""
+
+    step: np.ndarray  # int32 [M]
+    layer: np.ndarray  # int32 [M]
+    head: np.ndarray  # int32 [M]
+    source: np.ndarray  # int32 [M] the evicted position
+    target: np.ndarray  # int32 [M] the kept position its value went into
+    share: np.ndarray  # float32 [M]
+
+    def of_head(self, layer: int, head: int) -> np.ndarray:
+        """Indices of the entries of one (layer, kv-head)."""
+        return np.flatnonzero((self.layer == layer) & (self.head == head))
+
+
+def cam_merges(compressions: list[Any]) -> CamMerges | None:
+    """The merges recorded on a run's compressions (decoding.Compression.merges); None when none recorded any."""
+    parts: list[tuple[int, int, int, np.ndarray, np.ndarray]] = []
+    for c in compressions:
+        for layer, heads in enumerate(c.merges or []):
+            for h, merge in enumerate(heads or []):
+                if len(merge.pairs):
+                    parts.append((c.step, layer, h, merge.pairs, merge.weight))
+    if not parts:
+        return None
+    sizes = [len(p[3]) for p in parts]
+    column = lambda i: np.repeat([p[i] for p in parts], sizes).astype(np.int32)  # noqa: E731
+    return CamMerges(
+        step=column(0),
+        layer=column(1),
+        head=column(2),
+        source=np.concatenate([p[3][:, 0] for p in parts]).astype(np.int32),
+        target=np.concatenate([p[3][:, 1] for p in parts]).astype(np.int32),
+        share=np.concatenate([p[4] for p in parts]).astype(np.float32),
+    )
+
+
+@dataclass(frozen=True)
 class TimelineView:
     """A decoding run ready to draw. Columns are positions: the prompt's, then one per generated token (the
     last generated token is never written to the cache: its column stays empty)."""
@@ -47,6 +86,7 @@ class TimelineView:
     compression_steps: list[int] = field(default_factory=list)  # the steps a policy evicted at
     seconds: float = 0.0
     cancelled: bool = False
+    merges: CamMerges | None = None  # cam: where each evicted value went; None for the other policies
 
     @property
     def n_columns(self) -> int:
@@ -130,6 +170,7 @@ def decode_timeline(
             compression_steps=[c.step for c in run.compressions],
             seconds=time.perf_counter() - start,
             cancelled=out.cancelled,
+            merges=cam_merges(run.compressions),
         )
 
     return job

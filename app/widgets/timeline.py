@@ -56,6 +56,11 @@ _AXIS_WIDTH = 52
 #: The run controls' column: the plot takes the rest of the dock's width.
 SIDE_WIDTH = 200
 _STEP_PEN = pg.mkPen((0, 230, 255), width=2)
+#: cam's merges: a white arc from each evicted position to a row its value went into, at the step it left.
+_MERGE_PEN = pg.mkPen((255, 255, 255, 210), width=1.5)
+_MERGE_POINTS = 9
+#: An arc over _MERGE_SPAN positions or more rises half an eviction interval above its step; shorter ones less.
+_MERGE_SPAN = 48
 _PROMPT_PEN = pg.mkPen((235, 235, 235), width=1, style=Qt.PenStyle.DashLine)
 
 
@@ -66,6 +71,7 @@ def _swatch(rgb: tuple[int, ...], text: str) -> str:
 _HEAD_LEGEND = " &nbsp;".join(
     [_swatch(KEPT_RGBA, "held"), _swatch(EVICTED_RGBA, "evicted"), "black: not written yet"]
 )
+_MERGE_LEGEND = '<span style="color: rgb(255, 255, 255)">━</span> cam merge (evicted → target)'
 _SHARE_LEGEND = " &nbsp;".join(
     [_swatch(EVICTED_RGBA, "no head"), "→", _swatch(KEPT_RGBA, "every compressible kv-head holds it")]
 )
@@ -192,6 +198,9 @@ class TimelinePanel(QWidget):
         self.klPlot.addItem(self.klBars)
         self.agreeImage = pg.ImageItem(axisOrder="row-major")
         self.agreePlot.addItem(self.agreeImage)
+        self.mergeArcs = pg.PlotDataItem(pen=_MERGE_PEN, connect="finite")
+        self.mergeArcs.setZValue(8)
+        self.plot.addItem(self.mergeArcs)
         self.stepLine = pg.InfiniteLine(angle=0, movable=False, pen=_STEP_PEN)
         self.stepLine.setZValue(10)
         self.plot.addItem(self.stepLine)
@@ -407,8 +416,59 @@ class TimelinePanel(QWidget):
         if head is not None:
             layer, h = head
             parts.append(f"L{layer} h{h}: {self._fate(layer, h, position, step)}")
+            merged = self.merge_info(layer, h, position, step)
+            if merged:
+                parts.append(merged)
         parts.append(f"held by {100 * share:.0f} % of the compressible kv-heads at this step")
         return " · ".join(parts)
+
+    def merge_info(self, layer: int, h: int, position: int, step: int) -> str | None:
+        """cam's merges at (layer, kv-head) for `position`: where its value went when it left, and how many merged
+        values it holds by `step`; None when cam merged nothing there."""
+        m = self._view.merges
+        if m is None:
+            return None
+        mine = m.of_head(layer, h)
+        out = []
+        went = mine[m.source[mine] == position]
+        if went.size:
+            tokens = self._view.token_texts
+            named = [f"{int(m.target[i])} '{token_label(tokens[int(m.target[i])], 12)}'" for i in went]
+            into = (
+                f"position {named[0]}"
+                if went.size == 1
+                else f"{went.size} positions ({', '.join(named[:3])}{' … ' + named[-1] if went.size > 3 else ''})"
+            )
+            out.append(
+                f"merged at step {int(m.step[went[0]])} into {into}, {100 * float(m.share[went[0]]):.1f} % of its "
+                "value each"
+            )
+        held = mine[(m.target[mine] == position) & (m.step[mine] <= step)]
+        if held.size:
+            out.append(f"holds {held.size} merged value{'s' if held.size > 1 else ''} by this step")
+        return " · ".join(out) or None
+
+    def merge_arcs(self) -> list[tuple[int, int, int]]:
+        """(step, evicted position, target position) of every cam arc drawn (the shown head; none for the share)."""
+        v, head = self._view, self.head()
+        if v is None or v.merges is None or head is None:
+            return []
+        m = v.merges
+        return [(int(m.step[i]), int(m.source[i]), int(m.target[i])) for i in m.of_head(*head)]
+
+    def _draw_merges(self) -> None:
+        arcs = self.merge_arcs()
+        if not arcs:
+            self.mergeArcs.setData([], [])
+            return
+        step, source, target = (np.array(c, dtype=np.float64) for c in zip(*arcs, strict=True))
+        s = np.linspace(0.0, 1.0, _MERGE_POINTS)
+        x = source[:, None] + 0.5 + (target - source)[:, None] * s[None, :]
+        rise = 0.5 * max(1, int(self._view.policy["interval"]))
+        height = rise * np.sqrt(np.minimum(1.0, np.abs(target - source) / _MERGE_SPAN))[:, None]
+        y = step[:, None] + 0.5 - height * 4 * s * (1 - s)
+        nan = np.full((len(arcs), 1), np.nan)
+        self.mergeArcs.setData(np.hstack([x, nan]).ravel(), np.hstack([y, nan]).ravel())
 
     def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
         """Write the timeline with its KL and agreement rows to PNG or SVG (by suffix), atomically."""
@@ -475,8 +535,12 @@ class TimelinePanel(QWidget):
         share = self.showCombo.currentText() == SHOW_SHARE
         self.layerCombo.setEnabled(not share and self._view is not None)
         self.headCombo.setEnabled(not share and self._view is not None)
-        self.legendLabel.setText(_SHARE_LEGEND if share else _HEAD_LEGEND)
         v = self._view
+        cam = not share and v is not None and v.merges is not None
+        self.legendLabel.setText(
+            _SHARE_LEGEND if share else _HEAD_LEGEND + (" &nbsp;" + _MERGE_LEGEND if cam else "")
+        )
+        self._draw_merges()
         if v is None:
             self.image.clear()
             for line in (*self.promptLines, *self.divergenceLines):
