@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.widgets.method_params import MethodParameters
+from app.widgets.method_tip import method_tip
 from kvcore.defaults import (
     ALLOWED_BITS,
     ALLOWED_GROUP_SIZES,
@@ -33,7 +34,7 @@ from kvcore.defaults import (
     UNQUANTIZED_BITS,
     bits_or_none,
 )
-from kvcore.methods import Method, available, describe
+from kvcore.methods import Method, available
 from kvcore.methods import get as get_method
 from kvcore.quant import QuantScheme, parse_spec
 from kvcore.quant import available as available_schemes
@@ -68,7 +69,7 @@ class CompressionControls(QWidget):
         self.methodCombo = QComboBox(objectName="methodCombo")
         self.methodCombo.addItems(methods)
         for i, name in enumerate(methods):
-            self.methodCombo.setItemData(i, describe(name), Qt.ItemDataRole.ToolTipRole)
+            self.methodCombo.setItemData(i, method_tip(name), Qt.ItemDataRole.ToolTipRole)
         self.methodCombo.setToolTip("Which positions each kv-head keeps")
         # The longest names (per_layer_compression-non_causal_attention) would widen the panel past its column:
         # the box keeps a readable width and the list opens as wide as its names.

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.widgets.method_tip import method_tip
 from app.widgets.scrolling import scrolled
 
 
@@ -32,6 +33,7 @@ class MethodChecklist(QListWidget):
         self.setToolTip("Methods to run (tick several)")
         for name in methods:
             item = QListWidgetItem(name)
+            item.setToolTip(method_tip(name))
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
             self.addItem(item)
         self.set_checked(list(checked))

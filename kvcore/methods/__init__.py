@@ -12,7 +12,7 @@ from typing import Any
 from kvcore.declared import Parameter, discover
 from kvcore.methods.base import Method
 
-__all__ = ["Method", "Parameter", "available", "describe", "get", "summary"]
+__all__ = ["Method", "Parameter", "available", "describe", "get", "paper", "summary"]
 
 
 @cache
@@ -79,3 +79,10 @@ def describe(name: str) -> str:
         if inner is None
         else f"{method.description}; over {inner.label}: {inner.description}"
     )
+
+
+def paper(name: str) -> str:
+    """The method's paper (a wrapper's, then its inner method's)."""
+    method = get(name)
+    inner = getattr(method, "inner", None)
+    return method.paper if inner is None else f"{method.paper}; over {inner.label}: {inner.paper}"

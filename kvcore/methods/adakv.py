@@ -24,6 +24,10 @@ from kvcore.methods.snapkv import SnapKV
 class AdaKV(Method):
     name = "adakv"
     description = "Any per-head scorer, with each layer's budget spread over its kv-heads by their scores"
+    paper = (
+        "Ada-KV: Optimizing KV Cache Eviction by Adaptive Budget Allocation for Efficient LLM Inference (Feng"
+        " et al. 2024), arXiv:2407.11550"
+    )
     spreads_over_heads = True
     wraps = True
     default_inner = "snapkv"

@@ -24,10 +24,14 @@ from kvcore.defaults import CAPTURE_WINDOW, DEFAULT_N_SINK, DEFAULT_WINDOW
 
 @dataclass(frozen=True)
 class Method:
-    """Base scorer. Subclasses set `name` and `description`, declare fields with `param` and implement `scores`."""
+    """Base scorer. Subclasses set `name`, `description` and `paper`, declare fields with `param` and implement
+    `scores`."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    #: Where the method is defined: "Title (Authors Year), arXiv:ID" (or a DOI / URL); "none: …" says why there is
+    #: no paper (a baseline, a kvpress utility). The method chooser's tooltip and `kvlens methods` show it.
+    paper: ClassVar[str] = ""
     budget: ClassVar[str] = (
         "uniform"  # or "pyramidkv": per-layer counts from kvcore.methods.budgets; or "global"
     )

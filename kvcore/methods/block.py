@@ -23,6 +23,10 @@ class Block(Wrapper):
     description = (
         "Blocks of the prompt added one at a time, each time cutting back to the budget by the inner scores"
     )
+    paper = (
+        "KeyDiff: Key Similarity-Based KV Cache Eviction for Long-Context LLM Inference in Resource-"
+        "Constrained Environments (Park et al. 2025; its block-wise compression), arXiv:2504.15364"
+    )
     default_inner = "keydiff"
     budget = "uniform"
     chooses = True

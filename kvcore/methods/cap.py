@@ -32,6 +32,9 @@ class Cap(Method):
     description = (
         "Capacity gain of each value under query-aligned weights (log-determinant leverage); sinks kept"
     )
+    paper = (
+        "CAPKV as kvpress cites it (query-aware capacity, a log-determinant leverage proxy), arXiv:2604.25975"
+    )
     needs_query_stats = True
 
     tau: float = param(5.0, "temperature of the query-key alignment weights", minimum=0.0)

@@ -21,6 +21,10 @@ from kvcore.methods.wrapper import Wrapper, cache_scorer_refusal, subset
 class Chunk(Wrapper):
     name = "chunk"
     description = "Each chunk of the prompt scored and compressed on its own by the inner method"
+    paper = (
+        "FINCH: Prompt-guided Key-Value Cache Compression for Large Language Models (Corallo & Papotti, TACL "
+        "2024; its chunked compression), doi:10.1162/tacl_a_00716"
+    )
     default_inner = "knorm"
     budget = "uniform"
     chooses = True

@@ -43,6 +43,10 @@ def chunk_means(pick: Pick, always: np.ndarray, chunk_length: int) -> np.ndarray
 class ChunkKV(Wrapper):
     name = "chunkkv"
     description = "Whole chunks kept, ranked by the mean of the inner method's scores over each chunk"
+    paper = (
+        "ChunkKV: Semantic-Preserving KV Cache Compression for Efficient Long-Context LLM Inference (Liu et "
+        "al. 2025), arXiv:2502.00299"
+    )
     default_inner = "snapkv"
     shared_across_heads = True
     chooses = True

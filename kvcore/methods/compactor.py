@@ -31,6 +31,10 @@ class Compactor(Method):
     description = (
         "Leverage of pre-RoPE keys blended with chunked non-causal attention; sinks kept at both ends"
     )
+    paper = (
+        "Compactor: Calibrated Query-Agnostic KV Cache Compression with Approximate Leverage Scores (Chari & "
+        "Van Durme 2025), arXiv:2507.08143"
+    )
 
     sink_size_start: int = param(8, "first positions, always kept", minimum=0)
     sink_size_end: int = param(4, "last positions, always kept", minimum=0)

@@ -33,6 +33,7 @@ def _default_stages() -> tuple[Method, ...]:
 class Composed(Method):
     name = "composed"
     description = "Methods chained (A+B): each keeps r^(1/k) of what the previous one kept"
+    paper = "none: kvpress's ComposedPress (github.com/NVIDIA/kvpress)"
     chooses = True
 
     stages: tuple[Method, ...] = dataclasses.field(default_factory=_default_stages)

@@ -24,6 +24,10 @@ from kvcore.methods.wrapper import Wrapper, padded_scores
 class CriticalAdaKV(Wrapper):
     name = "critical_adakv"
     description = "criticalkv's two stages with adakv's budgets spread over the kv-heads"
+    paper = (
+        "Identify Critical KV Cache in LLM Inference from an Output Perturbation Perspective (Feng et al. "
+        "2025), arXiv:2502.03805"
+    )
     default_inner = "snapkv"
     budget = "uniform"
     chooses = True

@@ -71,6 +71,10 @@ def second_stage(
 class CriticalKV(Wrapper):
     name = "criticalkv"
     description = "Inner scores, then the rest of the budget by score × ‖W_o·v‖₁ (output perturbation)"
+    paper = (
+        "Identify Critical KV Cache in LLM Inference from an Output Perturbation Perspective (Feng et al. "
+        "2025), arXiv:2502.03805"
+    )
     default_inner = "snapkv"
     budget = "uniform"
     chooses = True

@@ -36,6 +36,10 @@ class Cur(Method):
     description = (
         "CurDKV: key and value leverage (squared norms, shared per local window) combined; sinks kept"
     )
+    paper = (
+        "CurDKV: Value-Guided KV Compression for LLMs via Approximated CUR Decomposition (2025), "
+        "arXiv:2509.15038"
+    )
 
     num_sinks: int = param(4, "attention sinks: the first positions, always kept", minimum=0)
     leverage_type: int = param(

@@ -23,6 +23,9 @@ class DMS(Wrapper):
     description = (
         "Positions scored below a threshold by the inner method evicted, the recent window protected"
     )
+    paper = (
+        "Inference-Time Hyper-Scaling with KV Cache Compression (DMS, Łańcucki et al. 2025), arXiv:2506.05345"
+    )
     default_inner = "snapkv"
     budget = "uniform"
     chooses = True

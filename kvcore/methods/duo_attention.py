@@ -107,6 +107,10 @@ class DuoAttention(StreamingHeads):
         "Retrieval heads keep everything, streaming heads (share 1 − r, by their attention on the recent past) "
         "keep sinks + recent"
     )
+    paper = (
+        "DuoAttention: Efficient Long-Context LLM Inference with Retrieval and Streaming Heads (Xiao et al. "
+        "2024), arXiv:2410.10819"
+    )
     needs_query_stats = True
 
     n_query_positions: int = param(
@@ -126,6 +130,10 @@ class DuoAttentionCalibrated(StreamingHeads):
     description = (
         "duo_attention with head scores averaged over a calibration set (calibrated per model): streaming heads "
         "keep sinks + recent"
+    )
+    paper = (
+        "DuoAttention: Efficient Long-Context LLM Inference with Retrieval and Streaming Heads (Xiao et al. "
+        "2024), arXiv:2410.10819"
     )
     calibration: ClassVar[str] = "duo_attention_calibrated"
     calibration_skip: ClassVar[int] = 0

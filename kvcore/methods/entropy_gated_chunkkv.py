@@ -51,6 +51,10 @@ def top_positions(scores: np.ndarray, k: int) -> np.ndarray:
 class EntropyGatedChunkKV(Wrapper):
     name = "entropy_gated_chunkkv"
     description = "ChunkKV whose important but spiky chunks (low score entropy) keep only their top positions"
+    paper = (
+        "ChunkKV: Semantic-Preserving KV Cache Compression for Efficient Long-Context LLM Inference (Liu et "
+        "al. 2025; kvpress's entropy gate), arXiv:2502.00299"
+    )
     default_inner = "snapkv"
     shared_across_heads = True
     chooses = True

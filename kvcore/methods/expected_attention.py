@@ -73,6 +73,10 @@ def scores_from_moments(
 class ExpectedAttention(Method):
     name = "expected_attention"
     description = "The attention future queries are expected to pay, from the prompt's query statistics"
+    paper = (
+        "Expected Attention: KV Cache Compression by Estimating Attention from Future Queries Distribution "
+        "(Devoto et al. 2025), arXiv:2510.00636"
+    )
     needs_query_stats = True
 
     #: Capture keeps the first QUERY_STATS_HEAD positions' queries one by one, so the sinks can go up to that.

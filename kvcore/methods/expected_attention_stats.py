@@ -28,6 +28,10 @@ from kvcore.methods.expected_attention import scores_from_moments
 class ExpectedAttentionStats(Method):
     name = "expected_attention_stats"
     description = "expected_attention with the query statistics of a calibration set (calibrated per model)"
+    paper = (
+        "Expected Attention: KV Cache Compression by Estimating Attention from Future Queries Distribution "
+        "(Devoto et al. 2025), arXiv:2510.00636"
+    )
     needs_query_stats = True  # for R̄ (the layer's rope module) only
     calibration: ClassVar[str] = "expected_attention_stats"
     calibration_skip: ClassVar[int] = DEFAULT_N_SINK

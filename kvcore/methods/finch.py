@@ -28,6 +28,10 @@ class Finch(Method):
     description = (
         "The question (last `window` tokens) votes with position-normalised attention; keys re-rotated"
     )
+    paper = (
+        "FINCH: Prompt-guided Key-Value Cache Compression for Large Language Models (Corallo & Papotti, TACL "
+        "2024), doi:10.1162/tacl_a_00716"
+    )
     chooses = True
 
     window: int = window_param()

@@ -14,6 +14,7 @@ from kvcore.methods.base import Method
 class Full(Method):
     name = "full"
     description = "Every position is kept: the dense baseline in the sparse cache's form"
+    paper = "none: the uncompressed cache, the baseline every method is measured against"
     keeps_everything = True
     shared_across_heads = True
 

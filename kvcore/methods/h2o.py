@@ -14,6 +14,10 @@ from kvcore.methods.base import Method, group_mean
 class H2O(Method):
     name = "h2o"
     description = "Heavy hitters: the keys every prompt query attended to most, per query that could see them"
+    paper = (
+        "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models (Zhang et al. "
+        "2023), arXiv:2306.14048"
+    )
     needs_h2o = True
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:

@@ -55,6 +55,7 @@ def rerotate_cache(cache: list[Any], model: Any, label: str) -> list[Any]:
 class KeyRerotation(Wrapper):
     name = "key_rerotation"
     description = "The inner method's kept keys re-rotated (RoPE) to contiguous positions 0..n-1"
+    paper = "none: kvpress's KeyRerotationPress (github.com/NVIDIA/kvpress), the re-rotation FINCH uses"
     default_inner = "snapkv"
     budget = "uniform"
 

@@ -21,6 +21,10 @@ _EPS_NORMALIZE, _EPS_COSINE = 1e-12, 1e-8
 class KeyDiff(Method):
     name = "keydiff"
     description = "Keys least similar (cosine) to the mean normalised key: distinctive keys are kept"
+    paper = (
+        "KeyDiff: Key Similarity-Based KV Cache Eviction for Long-Context LLM Inference in Resource-"
+        "Constrained Environments (Park et al. 2025), arXiv:2504.15364"
+    )
     scores_from_cache = True
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:

@@ -14,6 +14,10 @@ from kvcore.methods.base import Method
 class KNorm(Method):
     name = "knorm"
     description = "Keys with a low L2 norm draw high attention: keep the smallest keys"
+    paper = (
+        "A Simple and Effective L2 Norm-Based Strategy for KV Cache Compression (Devoto et al. 2024), "
+        "arXiv:2406.11430"
+    )
     scores_from_cache = True
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:

@@ -108,6 +108,9 @@ class KVCompose(Method):
         "KVCompose: attention while the model re-reads the context; composite tokens aligned across heads, "
         "budgets global over layers"
     )
+    paper = (
+        "KVCompose: Efficient Structured KV Cache Compression with Composite Tokens (2025), arXiv:2509.05165"
+    )
     chooses = True
     needs_reconstruction = True
 

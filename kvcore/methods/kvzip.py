@@ -139,6 +139,10 @@ class KVzip(Method):
         "KVzip (Kim et al. 2025): each pair's max attention while the model repeats the context; "
         "lowest evicted across layers and heads"
     )
+    paper = (
+        "KVzip: Query-Agnostic KV Cache Compression with Context Reconstruction (Kim et al. 2025), "
+        "arXiv:2505.23416"
+    )
     budget = "global"
     needs_reconstruction = True
 

@@ -35,6 +35,10 @@ class LagKV(Method):
     description = (
         "Each partition of the prompt scored by its K/V spread against the next partition (lag-relative)"
     )
+    paper = (
+        "LagKV: Lag-Relative Information of the KV Cache Tells Which Tokens Are Important (2025), "
+        "arXiv:2504.04704"
+    )
     scores_from_cache = True
 
     n_sink: int = n_sink_param()

@@ -59,6 +59,10 @@ def z_scored(scores: mx.array) -> mx.array:
 class Leverage(Method):
     name = "leverage"
     description = "Statistical leverage of each pre-RoPE key under a Gaussian sketch: outlying keys are kept"
+    paper = (
+        "Compactor: Calibrated Query-Agnostic KV Cache Compression with Approximate Leverage Scores (Chari & "
+        "Van Durme 2025), arXiv:2507.08143"
+    )
 
     sketch_dimension: int = param(48, "columns of the Gaussian sketch of the keys", minimum=1)
     sketch_seed: int = param(0, "seed of the sketch (NumPy's generator, with the layer index)", minimum=0)

@@ -62,6 +62,10 @@ def head_counts(prune: np.ndarray, n_tokens: int) -> np.ndarray:
 class LUKV(Wrapper):
     name = "lukv"
     description = "The inner method with each kv-head's budget read from a LU-KV budget curve"
+    paper = (
+        "Predicting Future Utility: Global Combinatorial Optimization for Task-Agnostic KV Cache Eviction "
+        "(LU-KV, 2026), arXiv:2602.08585"
+    )
     default_inner = "expected_attention"
     chooses = True
 

@@ -67,6 +67,10 @@ class Merging(Wrapper):
         "Merging (kvpress MergingPress, after ToMe/D2O): the inner method's positions, each evicted value folded "
         "into its most key-similar kept one"
     )
+    paper = (
+        "Token Merging: Your ViT But Faster (Bolya et al. 2023), arXiv:2210.09461; D2O: Dynamic "
+        "Discriminative Operations for Efficient Generative Inference (Wan et al. 2024), arXiv:2406.13035"
+    )
     wraps = True
     default_inner = "snapkv"
 

@@ -73,6 +73,10 @@ class NonCausalAttention(Method):
     description = (
         "Attention each key gets from every query of its chunk, both directions, times ‖v‖; z-scored"
     )
+    paper = (
+        "Compactor: Calibrated Query-Agnostic KV Cache Compression with Approximate Leverage Scores (Chari & "
+        "Van Durme 2025), arXiv:2507.08143"
+    )
 
     chunk_size: int = param(256, "positions per chunk of the non-causal attention", minimum=1)
 

@@ -20,6 +20,7 @@ class PerLayerCompression(Wrapper):
     description = (
         "The inner method with its own kept fraction per layer (layer_ratios; empty: the run's ratio)"
     )
+    paper = "none: kvpress's PerLayerCompressionPress (github.com/NVIDIA/kvpress)"
     default_inner = "snapkv"
     budget = "uniform"
 

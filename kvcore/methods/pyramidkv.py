@@ -13,6 +13,10 @@ from kvcore.methods.snapkv import SnapKV
 class PyramidKV(SnapKV):
     name = "pyramidkv"
     description = "snapkv's scores, with budgets that shrink from the lowest layer to the highest"
+    paper = (
+        "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling (Cai et al. 2024), "
+        "arXiv:2406.02069"
+    )
     budget = "pyramidkv"
 
     beta: int = param(

@@ -41,6 +41,10 @@ def query_filters(artifact: Artifact, layer: int, n_kv_heads: int) -> np.ndarray
 class QFilter(Method):
     name = "qfilter"
     description = "Keys against each head's principal query direction (calibrated per model): −⟨k, filter⟩"
+    paper = (
+        "Q-Filters: Leveraging QK Geometry for Efficient KV Cache Compression (Godey et al. 2025), "
+        "arXiv:2503.02812"
+    )
     calibration: ClassVar[str] = "qfilter"
     calibration_skip: ClassVar[int] = 0  # every prompt position's query counts
     scores_from_cache = (

@@ -17,6 +17,7 @@ from kvcore.methods.base import Method
 class Random(Method):
     name = "random"
     description = "Seeded random positions: the floor every real method should beat"
+    paper = "none: a baseline (kvpress's RandomPress)"
 
     seed: int = param(DEFAULT_SEED, "random seed (the same seed keeps the same positions)", minimum=0)
 

@@ -77,6 +77,9 @@ class RKV(Method):
     description = (
         "Window attention (max-pooled) minus key redundancy (cosine similarity), for reasoning traces"
     )
+    paper = (
+        "R-KV: Redundancy-aware KV Cache Compression for Reasoning Models (Cai et al. 2025), arXiv:2505.24133"
+    )
 
     window: int = param(
         RKV_WINDOW, "observation window: the latest queries, always kept", minimum=1, maximum=CAPTURE_WINDOW

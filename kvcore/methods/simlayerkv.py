@@ -23,6 +23,10 @@ from kvcore.methods.base import Method, Pick, effective_window, window_attention
 class SimLayerKV(Method):
     name = "simlayerkv"
     description = "Lazy layers (attention on the first and recent tokens above a threshold) keep only those"
+    paper = (
+        "SimLayerKV: A Simple Framework for Layer-Level KV Cache Reduction (Zhang et al. 2024), "
+        "arXiv:2410.13846"
+    )
     shared_across_heads = True
     chooses = True
 

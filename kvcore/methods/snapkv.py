@@ -35,6 +35,7 @@ def snapkv_scores(obs: LayerObservation, window: int, kernel: int) -> mx.array:
 class SnapKV(Method):
     name = "snapkv"
     description = "The last prompt queries vote for the keys they attend to (pooled); the window is kept"
+    paper = "SnapKV: LLM Knows What You are Looking for Before Generation (Li et al. 2024), arXiv:2404.14469"
 
     window: int = window_param()
     kernel: int = param(DEFAULT_KERNEL, "average-pooling kernel over the votes (odd)", minimum=1, odd=True)

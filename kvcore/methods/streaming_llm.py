@@ -15,6 +15,7 @@ from kvcore.methods.base import Method, n_sink_param
 class StreamingLLM(Method):
     name = "streaming_llm"
     description = "The first positions (attention sinks) and the most recent ones"
+    paper = "Efficient Streaming Language Models with Attention Sinks (Xiao et al. 2023), arXiv:2309.17453"
     shared_across_heads = True
 
     n_sink: int = n_sink_param()

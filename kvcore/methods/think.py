@@ -58,6 +58,7 @@ class ThinK(Wrapper):
         "ThinK (Xu et al. 2024): the inner method's positions, each head's keys stored without the channels of "
         "least query-key magnitude"
     )
+    paper = "ThinK: Thinner Key Cache by Query-Driven Pruning (Xu et al. 2024), arXiv:2407.21018"
     wraps = True
     default_inner = "snapkv"
 

@@ -15,6 +15,7 @@ from kvcore.methods.base import Method, window_attention
 class TOVA(Method):
     name = "tova"
     description = "The last prompt query's attention, averaged over all heads; every kv-head keeps the same"
+    paper = "Transformers are Multi-State RNNs (TOVA, Oren et al. 2024), arXiv:2401.06104"
     shared_across_heads = True
 
     def scores(self, obs: LayerObservation, layer: int) -> mx.array:

@@ -356,3 +356,26 @@ def test_a_width_per_layer_is_carried_until_edge_layers_replace_it(controls):
     assert "layer_bits" not in config and config["edge_layers"] == 1
     controls.set_config({"quant": "affine"})
     assert "layer_bits" not in controls.config() and "edge_layers" not in controls.config()
+
+
+def test_every_method_in_the_chooser_names_its_definition_and_paper(controls):
+    """The tooltip of each item of the method box (and of the Sweep list): definition and paper, a wrapper's inner
+    method's too; as rich text, so Qt wraps long titles."""
+    import html
+
+    from app.widgets.method_list import MethodChecklist
+    from kvcore.methods import get
+
+    combo = controls.methodCombo
+    names = [combo.itemText(i) for i in range(combo.count())]
+    checklist = MethodChecklist(names, [], "tipList")
+    for i, name in enumerate(names):
+        tip = combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
+        method = get(name)
+        for m in (method, getattr(method, "inner", None)):
+            if m is not None:
+                assert html.escape(m.description) in tip and html.escape(m.paper) in tip, name
+        assert tip.startswith("<qt>") and "<i>Paper:</i>" in tip
+        assert checklist.item(i).toolTip() == tip
+    snap = combo.itemData(names.index("snapkv"), Qt.ItemDataRole.ToolTipRole)
+    assert "arXiv:2404.14469" in snap

@@ -10,11 +10,12 @@ from kvcore.cli.main import main
 SCORERS = ("leverage", "cur", "non_causal_attention", "compactor", "cap")
 
 
-def test_methods_lists_each_scorer_with_its_definition(capsys):
+def test_methods_lists_each_scorer_with_its_definition_and_paper(capsys):
     assert main(["methods"]) == 0
     out = capsys.readouterr().out
     for name in SCORERS:
-        assert f"{name}: {methods.describe(name)}" in out
+        assert f"{name}: {methods.describe(name)}\n    paper: {methods.paper(name)}\n" in out
+    assert "    paper: Compactor: Calibrated Query-Agnostic" in out
 
 
 @pytest.mark.parametrize("method", SCORERS)

@@ -93,6 +93,15 @@ def test_every_method_declares_help_and_a_description():
             method.with_values(**{p.name: p.default})  # the declared default passes the declared limits
 
 
+def test_every_method_declares_its_own_definition_and_paper():
+    """On the class itself, so a method built on another (pyramidkv on snapkv) never cites the other's paper by
+    inheritance; a wrapper's names its inner method's too."""
+    for cls in methods._classes().values():
+        for field in ("description", "paper"):
+            assert field in vars(cls) and vars(cls)[field].strip(), (cls.name, field)
+    assert methods.paper("adakv-h2o") == f"{methods.get('adakv').paper}; over h2o: {methods.get('h2o').paper}"
+
+
 def test_two_methods_with_one_name_are_refused(method_folder):
     source = (Path(methods.__file__).parent / "knorm.py").read_text()
     (method_folder / "knorm_again.py").write_text(source.replace("class KNorm(", "class KNormAgain("))
