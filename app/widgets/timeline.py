@@ -71,7 +71,8 @@ def _swatch(rgb: tuple[int, ...], text: str) -> str:
 _HEAD_LEGEND = " &nbsp;".join(
     [_swatch(KEPT_RGBA, "held"), _swatch(EVICTED_RGBA, "evicted"), "black: not written yet"]
 )
-_MERGE_LEGEND = '<span style="color: rgb(255, 255, 255)">━</span> cam merge (evicted → target)'
+#: White arcs cannot be shown in a swatch on the light legend: named instead.
+_MERGE_LEGEND = "white arcs: cam merges (evicted → target)"
 _SHARE_LEGEND = " &nbsp;".join(
     [_swatch(EVICTED_RGBA, "no head"), "→", _swatch(KEPT_RGBA, "every compressible kv-head holds it")]
 )

@@ -61,10 +61,10 @@ def test_cam_merges_are_drawn_per_head_as_the_reference_records_them(decoded):
         assert panel.merge_arcs() == by_head[(layer, h)]
         x, _ = panel.mergeArcs.getData()
         assert np.isnan(x).sum() == len(by_head[(layer, h)]), "one arc a merge"
-    assert "cam merge" in panel.legendLabel.text()
+    assert "cam merges" in panel.legendLabel.text()
     panel.set_head(None)
     QApplication.processEvents()
-    assert panel.merge_arcs() == [] and "cam merge" not in panel.legendLabel.text()
+    assert panel.merge_arcs() == [] and "cam merges" not in panel.legendLabel.text()
 
 
 def test_hover_says_where_a_merged_value_went(decoded):
