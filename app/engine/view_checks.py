@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from app.engine.stored_view import ChannelView
 from app.engine.view_model import CompressionView, SequenceView, TokenSteps
 from kvcore.defaults import SCHEDULES
 from kvcore.engine.session import CompressionConfig
@@ -136,6 +137,39 @@ def _check_steps(steps: TokenSteps, n_dense: int) -> None:
     check_int(steps.first_compared, f"{part}.first_compared", 0, n)
 
 
+def _check_channels(channels: Any, rows: int, n_layers: int) -> None:
+    """ThinK's kept-channel map: a bool [rows, head_dim] mask, counts and bytes >= 0 per row, distinct layers."""
+    part = "view: key_channels"
+    require(isinstance(channels, ChannelView), part, "an object")
+    kept = channels.kept
+    dim = kept.shape[1] if isinstance(kept, np.ndarray) and kept.ndim == 2 else -1
+    require(1 <= dim <= 1 << 16, f"{part}.kept", "a bool array [rows, head_dim]")
+    check_array(kept, f"{part}.kept", (rows, dim), "b")
+    for name in ("rows_stored", "bytes_saved"):
+        value = getattr(channels, name)
+        ok = isinstance(value, np.ndarray) and value.shape == (rows,) and value.dtype.kind in "iu"
+        require(ok and bool(np.all(value >= 0)), f"{part}.{name}", f"a whole-number array [{rows}] >= 0")
+    layers = channels.pruned_layers
+    ok = isinstance(layers, list) and all(is_int(i) and 0 <= i < n_layers for i in layers)
+    require(ok and len(set(layers)) == len(layers), f"{part}.pruned_layers", "a list of distinct layers")
+
+
+def _check_merges(targets: Any, kept: np.ndarray, n_positions: int) -> None:
+    """merging's targets: a whole-number [rows, n_prompt_positions] array, −1 or a position that row keeps."""
+    part = "view: merge_targets"
+    rows = kept.shape[0]
+    ok = (
+        isinstance(targets, np.ndarray)
+        and targets.shape == (rows, n_positions)
+        and targets.dtype.kind in "iu"
+    )
+    require(ok, part, f"a whole-number array of shape {[rows, n_positions]}")
+    ok = bool(np.all((targets >= -1) & (targets < n_positions)))
+    require(ok, part, f"-1 or a prompt position in [0, {n_positions})")
+    r, c = np.nonzero(targets >= 0)
+    require(bool(np.all(kept[r, targets[r, c]])), part, "the kept position each merged value went into")
+
+
 def check_view(view: CompressionView) -> None:
     """Every field of a view read from a file, by type, range and against each other (not yet the model)."""
     check_config(view.config, "view: config")
@@ -188,6 +222,10 @@ def check_view(view: CompressionView) -> None:
     require(
         view.budget_note is None or isinstance(view.budget_note, str), "view: budget_note", "null or text"
     )
+    if view.key_channels is not None:
+        _check_channels(view.key_channels, rows, view.n_layers)
+    if view.merge_targets is not None:
+        _check_merges(view.merge_targets, view.kept, view.n_prompt_positions)
 
 
 def check_fits(

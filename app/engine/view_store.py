@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from app.engine.stored_view import ChannelView
 from app.engine.view_checks import check_view
 from app.engine.view_model import CompressionView, SequenceView, TokenSteps
 
-_NESTED = {"sequence": SequenceView, "token_steps": TokenSteps}
+_NESTED = {"sequence": SequenceView, "token_steps": TokenSteps, "key_channels": ChannelView}
 
 
 def _plain(value: Any) -> Any:
@@ -53,6 +54,9 @@ def _unpack(cls: type, fields: Any, arrays: dict[str, np.ndarray]) -> Any:
     values = {}
     for f in dataclasses.fields(cls):
         if f.name not in fields:
+            has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            if has_default:  # a field added after the file was written (key_channels): its default
+                continue
             raise ValueError(f"view: {cls.__name__}.{f.name} is missing")
         value = fields[f.name]
         if isinstance(value, dict) and set(value) == {"array"}:

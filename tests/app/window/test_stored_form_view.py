@@ -4,12 +4,16 @@ named on hover, in the dock and in the heatmap; a method that does neither says 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
+from app.engine.stored_view import ChannelView
+from app.engine.view_checks import check_view
 from app.widgets.channel_map import NO_CHANNELS
 from app.widgets.heatmap import KEPT_RGBA
 from app.widgets.merge_map import NO_MERGES
@@ -130,3 +134,40 @@ def test_a_method_that_keeps_the_stored_form_says_so(ctx):
     assert panel.mergeMap.noteLabel.text() == NO_MERGES and not panel.mergeMap.arc_pairs()
     evicted = np.argwhere(~window.heatmap._kept[:, : window.heatmap.boundary_column])[0]
     assert "merged" not in window.heatmap.info_at(*evicted)
+
+
+@pytest.mark.parametrize("method", ["think", "merging"])
+def test_a_saved_session_shows_the_same_stored_form(ctx, tmp_path, method):
+    window, _ = ctx
+    _show(window, method)
+    panel = window.storedPanel
+    channels, arcs = panel.channelMap.view(), panel.mergeMap.arc_pairs()
+    window.session_files.save(tmp_path / "s.kvlens")
+    wait_until(lambda: window.session_files.last_saved is not None)
+    _show(window, "snapkv")
+    assert panel.channelMap.view() is None and not panel.mergeMap.arc_pairs()
+    before = len(window.displayed_ids)
+    window.session_files.open(tmp_path / "s.kvlens")
+    wait_until(lambda: window.session_files.last_opened is not None and len(window.displayed_ids) > before)
+    assert panel.mergeMap.arc_pairs() == arcs
+    if channels is None:
+        assert panel.channelMap.view() is None
+    else:
+        np.testing.assert_array_equal(panel.channelMap.view().kept, channels.kept)
+        np.testing.assert_array_equal(panel.channelMap.view().bytes_saved, channels.bytes_saved)
+
+
+def test_forged_merge_targets_and_channels_are_refused(ctx):
+    window, _ = ctx
+    _show(window, "merging")
+    view = window.pinning.current
+    evicted = np.argwhere(~view.kept[:, : view.n_prompt_positions])[0]
+    forged = view.merge_targets.copy()
+    forged[evicted[0], 0] = evicted[1]  # a value "merged into" a position the head evicted
+    with pytest.raises(ValueError, match="view: merge_targets must be the kept position"):
+        check_view(dataclasses.replace(view, merge_targets=forged))
+    with pytest.raises(ValueError, match=r"view: merge_targets must be -1 or a prompt position"):
+        check_view(dataclasses.replace(view, merge_targets=view.merge_targets + 10_000))
+    channels = ChannelView(np.ones((3, 4), bool), np.zeros(3, np.int64), np.zeros(3, np.int64), [0])
+    with pytest.raises(ValueError, match="view: key_channels.kept must be a bool array"):
+        check_view(dataclasses.replace(view, merge_targets=None, key_channels=channels))
