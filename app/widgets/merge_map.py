@@ -30,6 +30,8 @@ NO_MERGES = (
 MERGED_RGBA = (0, 84, 134, 255)
 _ARC_PEN = pg.mkPen((235, 235, 235, 110), width=1)
 _ARC_POINTS = 17
+#: At most this many arcs drawn at once (those in view): a pan stays smooth at 32k positions.
+MAX_ARCS = 20_000
 DRAW_ARCS = "Arcs per kv-head"
 DRAW_MATRIX = "Evicted × target"
 #: Okabe–Ito colours, one a kv-head in the matrix (cycled past eight).
@@ -63,10 +65,21 @@ def render_merges(kept: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return np.array([EVICTED_RGBA, MERGED_RGBA, KEPT_RGBA], dtype=np.uint8)[idx]
 
 
-def arc_path(targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """x, y of every arc (band h's centre at h + 0.5, arcs rising towards smaller y), NaN between arcs, for one
-    PlotDataItem with connect="finite"; taller the farther a value travelled, up to _ARC_SPAN positions."""
+def arc_path(
+    targets: np.ndarray, x_range: tuple[float, float] | None = None, limit: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """x, y of the arcs (band h's centre at h + 0.5, arcs rising towards smaller y), NaN between arcs, for one
+    PlotDataItem with connect="finite"; taller the farther a value travelled, up to _ARC_SPAN positions. Only the
+    arcs that cross `x_range`, and at most `limit` of them (evenly spaced), so a long prompt's 100k merges do not
+    stall a pan."""
     heads, sources = np.nonzero(targets >= 0)
+    if x_range is not None and heads.size:
+        ends = targets[heads, sources]
+        seen = (np.maximum(sources, ends) + 1 >= x_range[0]) & (np.minimum(sources, ends) <= x_range[1])
+        heads, sources = heads[seen], sources[seen]
+    if limit is not None and heads.size > limit:
+        pick = np.linspace(0, heads.size - 1, limit).astype(np.int64)
+        heads, sources = heads[pick], sources[pick]
     if not heads.size:
         return np.zeros(0), np.zeros(0)
     ends = targets[heads, sources].astype(np.float64)
@@ -120,8 +133,7 @@ class MergeMap(QWidget):
         self.arcs = pg.PlotDataItem(pen=_ARC_PEN, connect="finite")
         self.arcs.setZValue(5)
         self.plot.addItem(self.arcs)
-        self.points = pg.ScatterPlotItem(size=4, pen=None, pxMode=True)
-        self.plot.addItem(self.points)
+        self.headPoints: list[pg.ScatterPlotItem] = []  # the matrix: one item a kv-head (one brush: fast)
         self.diagonal = pg.InfiniteLine(
             angle=45, movable=False, pen=pg.mkPen((150, 150, 150), style=Qt.PenStyle.DashLine)
         )
@@ -147,6 +159,7 @@ class MergeMap(QWidget):
         layout.addWidget(self.hoverLabel)
         self.layerCombo.currentIndexChanged.connect(self._redraw)
         self.drawCombo.currentIndexChanged.connect(self._redraw)
+        self.plot.vb.sigXRangeChanged.connect(self._draw_arcs)
         self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.set_data(None, np.zeros((0, 0), bool), [], 0, 1)
 
@@ -251,14 +264,17 @@ class MergeMap(QWidget):
         matrix = self.matrix()
         for item in (self.image, self.arcs):
             item.setVisible(not matrix)
-        for item in (self.points, self.diagonal):
-            item.setVisible(matrix)
+        self.diagonal.setVisible(matrix)
+        for item in self.headPoints:
+            item.setVisible(False)
         self.legendLabel.setText(_matrix_legend(heads) if matrix else _LEGEND)
         self._x_axis.tokens = self._tokens[:length]
         if matrix:
-            h, src = np.nonzero(t >= 0)
-            brushes = [pg.mkBrush(*HEAD_RGB[i % len(HEAD_RGB)], 200) for i in h]
-            self.points.setData(x=src + 0.5, y=t[h, src] + 0.5, brush=brushes)
+            for h in range(heads):
+                src = np.flatnonzero(t[h] >= 0)
+                item = self._head_points(h)
+                item.setData(x=src + 0.5, y=t[h, src] + 0.5)
+                item.setVisible(True)
             self.plot.invertY(False)
             self._y_axis.setTicks(None)
             self.plot.setLabel("left", "merged into position")
@@ -268,16 +284,37 @@ class MergeMap(QWidget):
         else:
             self.image.setImage(render_merges(kept, t), autoLevels=False, levels=(0, 255))
             self.image.setRect(QRectF(0, 0, length, heads))
-            self.arcs.setData(*arc_path(t))
             self.plot.invertY(True)
             self._y_axis.setTicks([[(h + 0.5, f"h{h}") for h in range(heads)]])
             self.plot.setLabel("left", "")
             self.plot.setLabel("bottom", "position")
             self.plot.setLimits(xMin=0, xMax=length, yMin=0, yMax=heads)
             self.plot.setRange(xRange=(0, length), yRange=(0, heads), padding=0)
+        self._draw_arcs()
         self._x_axis.picture = None
         self._x_axis.update()
         self._last = None
+
+    def _head_points(self, h: int) -> pg.ScatterPlotItem:
+        while len(self.headPoints) <= h:
+            rgb = HEAD_RGB[len(self.headPoints) % len(HEAD_RGB)]
+            item = pg.ScatterPlotItem(size=4, pen=None, brush=pg.mkBrush(*rgb, 200), pxMode=True)
+            self.plot.addItem(item)
+            self.headPoints.append(item)
+        return self.headPoints[h]
+
+    def point_count(self) -> int:
+        """Points drawn in the matrix (one a merge of the shown layer); 0 while the arcs are shown."""
+        return sum(len(p.data) for p in self.headPoints if p.isVisible()) if self.matrix() else 0
+
+    def _draw_arcs(self, *_: object) -> None:
+        """The arcs crossing the visible positions (none in the matrix)."""
+        t = self._layer_targets()
+        if t is None or self.matrix():
+            self.arcs.setData([], [])
+            return
+        (x0, x1), _ = self.plot.vb.viewRange()
+        self.arcs.setData(*arc_path(t, (x0, x1), MAX_ARCS))
 
     def _cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
         """(kv-head, position) under the pointer: a band's cell, or in the matrix the merge at (x, y)."""

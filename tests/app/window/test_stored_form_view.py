@@ -111,7 +111,7 @@ def test_merging_draws_where_each_evicted_position_went(ctx):
     assert text == merges.info_at(head, source) and f"merged into position {target}" in text
     assert f"position {source} '" in text
     merges.set_matrix(True)
-    assert len(merges.points.data) == len(want), "one point a merge"
+    assert merges.point_count() == len(want), "one point a merge"
     matrix = _hover(merges.graphics, merges.plot, source + 0.5, target + 0.5)
     assert f"position {source} '" in matrix and f"merged into position {target}" in matrix
     merges.set_matrix(False)
