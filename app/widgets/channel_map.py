@@ -23,8 +23,8 @@ from app.widgets.row_axis import RowAxis
 HOVER_HINT = "Hover a cell: the head's stored channels and the bytes its pruned ones save."
 #: Said instead of the map when the method stores every key channel.
 NO_CHANNELS = (
-    "Every key channel is stored: only ThinK (think, think-METHOD, or a chain such as snapkv+think) prunes key "
-    "channels."
+    "Every key channel is stored: only ThinK (think over snapkv, or think-METHOD over another per-head scorer) "
+    "prunes key channels."
 )
 PRUNED_RGBA = (90, 90, 100, 255)  # the heatmap legend's lifted "evicted" grey: visible on the dark background
 _LEGEND = (
