@@ -57,9 +57,15 @@ class MethodParameters(QWidget):
                 widget.setValue(value)
                 widget.valueChanged.connect(lambda value, name=p.name: self._edited(name, value))
             self._spins[p.name] = widget
-            self._form.addRow(p.name, widget)
+            self._form.addRow(_label(p), widget)
         if not parameters:
             self._form.addRow("", self._none)
+
+    def label(self, name: str) -> QLabel | None:
+        """The shown label of parameter `name`, or None."""
+        widget = self._spins.get(name)
+        label = None if widget is None else self._form.labelForField(widget)
+        return label if isinstance(label, QLabel) else None
 
     def values(self) -> dict[str, int | float]:
         """Every value set so far, by parameter name (the shown method's and the ones before it)."""
@@ -109,3 +115,12 @@ class MethodParameters(QWidget):
             spin.setSingleStep(2 if p.odd else 1)
         spin.setToolTip(f"{p.help} (default {p.default:g})")
         return spin
+
+
+def _label(p: Parameter) -> QLabel:
+    """The parameter's name as the CLI spells it, free to wrap after each underscore: a long name
+    (key_channel_compression_ratio) takes two lines instead of pushing its spin box out of the panel."""
+    label = QLabel(p.name.replace("_", "_\u200b"), objectName=f"{p.name}Label")
+    label.setWordWrap(True)
+    label.setToolTip(p.help)
+    return label

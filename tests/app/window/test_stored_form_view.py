@@ -89,6 +89,10 @@ def test_think_shows_each_heads_kept_channels_and_the_bytes_they_save(ctx):
         in text
     )
     assert panel.mergeMap.noteLabel.text() == NO_MERGES and panel.mergeMap.graphics.isHidden()
+    QApplication.processEvents()
+    scroll = window.controlsDock.widget()
+    assert not scroll.horizontalScrollBar().isVisible(), "key_channel_compression_ratio wraps, the panel fits"
+    assert window.controls.methodParameters.label("key_channel_compression_ratio").wordWrap()
 
 
 def test_merging_draws_where_each_evicted_position_went(ctx):
