@@ -8,15 +8,17 @@ Fed an app.engine.stored_view.ChannelView (plain arrays); it never talks to the 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.engine.stored_view import ChannelView
 from app.widgets.heatmap import KEPT_RGBA
+from app.widgets.plot_export import export_graphics
 from app.widgets.row_axis import RowAxis
 
 #: The line under the view when nothing is hovered (the hover text goes there and to the status bar).
@@ -57,6 +59,8 @@ class ChannelMap(QWidget):
         self.noteLabel = QLabel(NO_CHANNELS, objectName="channelMapNote")
         self.noteLabel.setWordWrap(True)
         self.legendLabel = QLabel(_LEGEND, objectName="channelMapLegend")
+        self.exportImageButton = QPushButton("Image…", objectName="channelMapExportButton")
+        self.exportImageButton.setToolTip("Save the channel map as PNG or SVG")
         self._y_axis = RowAxis()
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setObjectName("channelMapGraphics")
@@ -72,7 +76,12 @@ class ChannelMap(QWidget):
         layout.setContentsMargins(2, 2, 2, 2)
         layout.setSpacing(2)
         layout.addWidget(self.noteLabel)
-        layout.addWidget(self.legendLabel)
+        self.legendRow = QWidget(objectName="channelMapLegendRow")
+        row = QHBoxLayout(self.legendRow)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.legendLabel, 1)
+        row.addWidget(self.exportImageButton)
+        layout.addWidget(self.legendRow)
         layout.addWidget(self.graphics, 1)
         self.hoverLabel = QLabel(HOVER_HINT, objectName="channelMapHover")
         self.hoverLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -87,7 +96,7 @@ class ChannelMap(QWidget):
         self._view, self._labels, self._heads = view, list(row_labels), max(1, n_kv_heads)
         self._last = None
         self.graphics.setVisible(view is not None)
-        self.legendLabel.setVisible(view is not None)
+        self.legendRow.setVisible(view is not None)
         self.hoverLabel.setVisible(view is not None)
         if view is None:
             self.noteLabel.setText(NO_CHANNELS)
@@ -110,6 +119,10 @@ class ChannelMap(QWidget):
     def image_rgba(self) -> np.ndarray:
         """What is drawn, one cell per (row, channel)."""
         return np.zeros((0, 0, 4), np.uint8) if self._view is None else render_channels(self._view.kept)
+
+    def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
+        """Write the map with its axes to PNG or SVG (by suffix), atomically."""
+        export_graphics(self.graphics.ci, path, width)
 
     def info_at(self, row: int, channel: int) -> str:
         """Layer, kv-head and channel; stored or pruned; the head's stored count and the bytes it saves."""

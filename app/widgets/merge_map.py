@@ -8,14 +8,25 @@ Fed plain arrays (app.engine.stored_view.merge_rows and the heatmap's kept mask)
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.widgets.heatmap import EVICTED_RGBA, KEPT_RGBA
+from app.widgets.plot_export import export_graphics
 from app.widgets.token_axis import TokenAxis, token_label
 
 #: The line under the view when nothing is hovered (the hover text goes there and to the status bar).
@@ -115,6 +126,8 @@ class MergeMap(QWidget):
             "Evicted × target: a point a merge (x where it was, y where it went), one colour a kv-head"
         )
         self.legendLabel = QLabel(_LEGEND, objectName="mergeMapLegend")
+        self.exportImageButton = QPushButton("Image…", objectName="mergeMapExportButton")
+        self.exportImageButton.setToolTip("Save the merges of the shown layer as PNG or SVG")
         self.legendLabel.setWordWrap(True)
         self._x_axis = TokenAxis()
         self._y_axis = pg.AxisItem("left")
@@ -144,6 +157,7 @@ class MergeMap(QWidget):
         top.addWidget(self.layerCombo)
         top.addWidget(self.drawCombo)
         top.addWidget(self.legendLabel, 1)
+        top.addWidget(self.exportImageButton)
         self.controls = QWidget(objectName="mergeMapControls")
         self.controls.setLayout(top)
         layout = QVBoxLayout(self)
@@ -203,6 +217,10 @@ class MergeMap(QWidget):
         self.layerCombo.blockSignals(False)
         self._redraw()
 
+    def has_data(self) -> bool:
+        """Whether merges are shown (a merging compression)."""
+        return self._targets is not None
+
     def set_layer(self, layer: int) -> None:
         self.layerCombo.setCurrentIndex(layer)
 
@@ -240,6 +258,10 @@ class MergeMap(QWidget):
         else:
             parts.append("evicted, not merged (below the similarity threshold or outside the merge fraction)")
         return " · ".join(parts)
+
+    def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
+        """Write the shown layer's merges (arcs or matrix) with their axes to PNG or SVG (by suffix), atomically."""
+        export_graphics(self.graphics.ci, path, width)
 
     def _layer_targets(self) -> np.ndarray | None:
         if self._targets is None:

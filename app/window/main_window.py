@@ -21,6 +21,7 @@ from app.controllers.plot_exports import ask_image_path, export_plot, export_row
 from app.controllers.questions import QuestionsController
 from app.controllers.results_files import OPEN_RESULTS, ResultsFiles
 from app.controllers.session_files import OPEN, SAVE, SessionFiles
+from app.controllers.stored_form import StoredFormController
 from app.controllers.sweep import SweepController
 from app.controllers.timeline import TimelineController
 from app.engine import jobs
@@ -118,6 +119,7 @@ class MainWindow(QMainWindow):
         self.sweeping.questions = self.questioning.for_sweep
         self.timeline = TimelineController(self, self.timelinePanel, self.timelineDock)
         self.pinning = PinController(self)
+        self.stored_form = StoredFormController(self, self.storedPanel)
         self.session_files = SessionFiles(self, self.pinning, self.sweeping)
         self.results_files = ResultsFiles(self, self.sweeping)
         self.actions_ = build_menus(self)

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.engine.stored_view import ChannelView
 from app.engine.view_checks import check_view
+from app.engine.view_store import pack, unpack
 from app.widgets.channel_map import NO_CHANNELS
 from app.widgets.heatmap import KEPT_RGBA
 from app.widgets.merge_map import NO_MERGES
@@ -140,10 +141,9 @@ def test_a_method_that_keeps_the_stored_form_says_so(ctx):
     assert "merged" not in window.heatmap.info_at(*evicted)
 
 
-@pytest.mark.parametrize("method", ["think", "merging"])
-def test_a_saved_session_shows_the_same_stored_form(ctx, tmp_path, method):
+def test_a_saved_session_shows_the_same_stored_form(ctx, tmp_path):
     window, _ = ctx
-    _show(window, method)
+    _show(window, "think")
     panel = window.storedPanel
     channels, arcs = panel.channelMap.view(), panel.mergeMap.arc_pairs()
     window.session_files.save(tmp_path / "s.kvlens")
@@ -153,18 +153,16 @@ def test_a_saved_session_shows_the_same_stored_form(ctx, tmp_path, method):
     before = len(window.displayed_ids)
     window.session_files.open(tmp_path / "s.kvlens")
     wait_until(lambda: window.session_files.last_opened is not None and len(window.displayed_ids) > before)
-    assert panel.mergeMap.arc_pairs() == arcs
-    if channels is None:
-        assert panel.channelMap.view() is None
-    else:
-        np.testing.assert_array_equal(panel.channelMap.view().kept, channels.kept)
-        np.testing.assert_array_equal(panel.channelMap.view().bytes_saved, channels.bytes_saved)
+    assert panel.mergeMap.arc_pairs() == arcs == []
+    np.testing.assert_array_equal(panel.channelMap.view().kept, channels.kept)
+    np.testing.assert_array_equal(panel.channelMap.view().bytes_saved, channels.bytes_saved)
 
 
-def test_forged_merge_targets_and_channels_are_refused(ctx):
+def test_merge_targets_are_kept_in_a_saved_view_and_forged_ones_refused(ctx):
     window, _ = ctx
     _show(window, "merging")
     view = window.pinning.current
+    np.testing.assert_array_equal(unpack(*pack(view)).merge_targets, view.merge_targets)
     evicted = np.argwhere(~view.kept[:, : view.n_prompt_positions])[0]
     forged = view.merge_targets.copy()
     forged[evicted[0], 0] = evicted[1]  # a value "merged into" a position the head evicted
@@ -175,3 +173,16 @@ def test_forged_merge_targets_and_channels_are_refused(ctx):
     channels = ChannelView(np.ones((3, 4), bool), np.zeros(3, np.int64), np.zeros(3, np.int64), [0])
     with pytest.raises(ValueError, match="view: key_channels.kept must be a bool array"):
         check_view(dataclasses.replace(view, merge_targets=None, key_channels=channels))
+
+
+def test_each_view_exports_png_and_svg_or_says_it_is_empty(ctx, tmp_path):
+    window, _ = ctx
+    exports = window.stored_form
+    _show(window, "merging")
+    assert exports.export_merges(tmp_path / "m.svg") and (tmp_path / "m.svg").read_text().startswith("<?xml")
+    assert not exports.export_channels(tmp_path / "c.png")
+    assert "the key-channel map is empty" in window.last_error and not (tmp_path / "c.png").exists()
+    window._message_box.close()
+    _show(window, "think")
+    assert exports.export_channels(tmp_path / "c.png", width=400)
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
