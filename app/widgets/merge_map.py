@@ -204,8 +204,8 @@ class MergeMap(QWidget):
         self._kept = np.asarray(kept, dtype=bool)[:, :length]
         merged = (self._targets >= 0).reshape(n_layers, self._heads, length).sum(axis=(1, 2))
         self.noteLabel.setText(
-            f"merging folded {int(merged.sum()):,} evicted values into kept positions over {n_layers} layers; "
-            "each arc joins an evicted position to the kept one its value was added to."
+            f"merging folded {int(merged.sum()):,} evicted values into kept positions ({n_layers} layers), each "
+            "into the kept position whose key is most like its own."
         )
         current = self.layerCombo.currentIndex()
         self.layerCombo.blockSignals(True)
