@@ -119,7 +119,7 @@ class MainWindow(QMainWindow):
         self.sweeping.questions = self.questioning.for_sweep
         self.timeline = TimelineController(self, self.timelinePanel, self.timelineDock)
         self.pinning = PinController(self)
-        self.stored_form = StoredFormController(self, self.storedPanel)
+        self.stored_form = StoredFormController(self, self.storedPanel, self.storedDock)
         self.session_files = SessionFiles(self, self.pinning, self.sweeping)
         self.results_files = ResultsFiles(self, self.sweeping)
         self.actions_ = build_menus(self)
@@ -392,7 +392,7 @@ class MainWindow(QMainWindow):
         cleared = f"{cleared} {self.sweeping.clear('another model was loaded')}".strip()
         cleared = f"{cleared} {self.timeline.clear('another model was loaded')}".strip()
         self.heatmap.clear()
-        self.storedPanel.clear()
+        self.stored_form.clear()
         self.questionsPanel.clear_answers()
         self.comparison.set_texts([], [], None)
         self.comparison.set_steps(None)
@@ -438,7 +438,7 @@ class MainWindow(QMainWindow):
         )
         self.heatmap.set_boundary(view.n_prompt_positions, view.sequence.prompt_len)
         self.heatmap.set_merge_targets(view.merge_targets)
-        self.storedPanel.set_compression(view)
+        self.stored_form.show(view)
         fit_columns = not self.statsTable.rows()
         self.statsTable.set_rows(*self.pinning.on_compression(view))
         if fit_columns:

@@ -40,7 +40,6 @@ def ctx(qapp, model_dirs, tmp_path_factory):
     window.sessionPanel.chatTemplateCheck.setChecked(False)
     window.prefill(PROMPT)
     wait_until(lambda: window.displayed_ids)
-    window.storedDock.raise_()
     yield window, ref
     window.close()
     QApplication.processEvents()
@@ -63,8 +62,10 @@ def _hover(graphics, plot, x: float, y: float) -> str:
 
 def test_think_shows_each_heads_kept_channels_and_the_bytes_they_save(ctx):
     window, ref = ctx
+    assert window.storedDock.visibleRegion().isEmpty(), "snapkv: the continuations stay in front"
     cfg = _show(window, "think")
     panel = window.storedPanel
+    assert not window.storedDock.visibleRegion().isEmpty(), "picking think brings its channels to the front"
     assert panel.currentWidget() is panel.channelMap
     view = panel.channelMap.view()
     state = ref.compress(cfg)
