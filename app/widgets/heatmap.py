@@ -310,7 +310,9 @@ class RetentionHeatmap(QWidget):
             if arr is not None and np.shape(arr) != kept.shape:
                 raise ValueError(f"{name} has shape {np.shape(arr)}, expected {kept.shape}")
         self.set_title(None)
-        self._merges = None  # they belong to one compression: show_compression sets them again
+        self._merges = self._channels = (
+            None  # they belong to one compression: show_compression sets them again
+        )
         self._kept = kept
         self._scores = None if scores is None else np.asarray(scores, dtype=np.float32)
         self._quant = None if quant_error is None else np.asarray(quant_error, dtype=np.float32)
@@ -355,6 +357,17 @@ class RetentionHeatmap(QWidget):
                     f"merge targets {targets.shape} do not match the heatmap's {self._kept.shape[0]} rows"
                 )
         self._merges = targets
+
+    def set_key_channels(self, stored: np.ndarray | None, head_dim: int = 0) -> None:
+        """ThinK's stored key channels per row ([rows] counts of `head_dim`), for the hover of kept cells; None
+        clears. Rows that do not match the data shown are refused."""
+        if stored is not None:
+            stored = np.asarray(stored, dtype=np.int64)
+            if stored.shape != (self._kept.shape[0],):
+                raise ValueError(
+                    f"key channels {stored.shape} do not match the heatmap's {self._kept.shape[0]} rows"
+                )
+        self._channels = None if stored is None else (stored, int(head_dim))
 
     def merge_info(self, row: int, position: int) -> str | None:
         """Where merging put data row `row`'s position: "merged into position N (token 'x')" for an evicted one,
@@ -457,6 +470,10 @@ class RetentionHeatmap(QWidget):
         if self.view() == VIEW_DIFF and self._diff_possible():
             self.legendLabel.setText(self._diff_legend())  # its totals run up to the boundary
 
+    def _compressed_columns(self) -> int:
+        """The first always-stored column (the end of the compressed prompt positions), or every column."""
+        return self._kept.shape[1] if self.boundary_column is None else self.boundary_column
+
     def image_rgba(self) -> np.ndarray:
         """The shown rows at one image column per position, shape (rows shown, T, 4): what the display shows
         zoomed in (zoomed out, it shows bins of this; see `displayed_window`)."""
@@ -492,6 +509,14 @@ class RetentionHeatmap(QWidget):
             merged = self.merge_info(r, position)
             if merged:
                 parts.append(merged)
+            if (
+                self._channels is not None
+                and self._kept[r, position]
+                and position < self._compressed_columns()
+            ):
+                stored, dim = self._channels
+                if stored[r] < dim:
+                    parts.append(f"key stored in {stored[r]} of {dim} channels (ThinK)")
         marks = self._marks
         shown = marks is not None and marks.shape[0] == self._kept.shape[0] and position < marks.shape[1]
         if shown and marks[r, position]:

@@ -438,6 +438,11 @@ class MainWindow(QMainWindow):
         )
         self.heatmap.set_boundary(view.n_prompt_positions, view.sequence.prompt_len)
         self.heatmap.set_merge_targets(view.merge_targets)
+        channels = view.key_channels
+        self.heatmap.set_key_channels(
+            None if channels is None else channels.kept.sum(axis=1),
+            0 if channels is None else channels.head_dim,
+        )
         self.stored_form.show(view)
         fit_columns = not self.statsTable.rows()
         self.statsTable.set_rows(*self.pinning.on_compression(view))

@@ -91,6 +91,9 @@ def test_think_shows_each_heads_kept_channels_and_the_bytes_they_save(ctx):
         in text
     )
     assert panel.mergeMap.noteLabel.text() == NO_MERGES and panel.mergeMap.graphics.isHidden()
+    kept_at = int(np.flatnonzero(window.heatmap._kept[row, : window.heatmap.boundary_column])[0])
+    heat = window.heatmap.info_at(row, kept_at)
+    assert f"kept · key stored in {head_dim // 2} of {head_dim} channels (ThinK)" in heat
     QApplication.processEvents()
     scroll = window.controlsDock.widget()
     assert not scroll.horizontalScrollBar().isVisible(), "key_channel_compression_ratio wraps, the panel fits"
