@@ -1,6 +1,7 @@
-"""Merging's targets (issue 38): for one layer, x = prompt position, one band per kv-head; each evicted position
-whose value merging folded into a kept one is joined to it by an arc, so a user sees where every evicted position
-went. Kept positions orange, evicted-and-merged blue, evicted-and-dropped dark; the hover names both tokens.
+"""Merging's targets (issue 38), for one layer: as arcs (x = prompt position, one band per kv-head; each evicted
+position whose value merging folded into a kept one is joined to it by an arc; kept positions orange,
+evicted-and-merged blue, evicted-and-dropped dark) or as a matrix (a point at (evicted position, target position)
+a merge, one colour a kv-head), so a user sees where every evicted position went; the hover names both tokens.
 
 Fed plain arrays (app.engine.stored_view.merge_rows and the heatmap's kept mask); it never talks to the engine.
 """
@@ -186,7 +187,7 @@ class MergeMap(QWidget):
         n_kv_heads: int,
     ) -> None:
         """Show merging's targets [L*H_kv, T] (−1: none) over the kept mask [L*H_kv, ≥T]; None: nothing merged."""
-        self._targets = None if targets is None else np.asarray(targets, dtype=np.int64)
+        self._targets = None if targets is None else np.asarray(targets)  # int32 from the engine: kept so
         self._heads = max(1, n_kv_heads)
         self._tokens = list(token_texts)
         self._last = None
@@ -298,6 +299,7 @@ class MergeMap(QWidget):
                 item.setData(x=src + 0.5, y=t[h, src] + 0.5)
                 item.setVisible(True)
             self.plot.invertY(False)
+            self.plot.setMouseEnabled(x=True, y=True)
             self._y_axis.setTicks(None)
             self.plot.setLabel("left", "merged into position")
             self.plot.setLabel("bottom", "evicted position")
@@ -307,6 +309,7 @@ class MergeMap(QWidget):
             self.image.setImage(render_merges(kept, t), autoLevels=False, levels=(0, 255))
             self.image.setRect(QRectF(0, 0, length, heads))
             self.plot.invertY(True)
+            self.plot.setMouseEnabled(x=True, y=False)
             self._y_axis.setTicks([[(h + 0.5, f"h{h}") for h in range(heads)]])
             self.plot.setLabel("left", "")
             self.plot.setLabel("bottom", "position")
