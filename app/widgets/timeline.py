@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.timeline_jobs import TimelineView, policy_text
+from app.engine.timeline_jobs import CamMerges, TimelineView, policy_text
 from app.widgets.axes import ScientificAxis
 from app.widgets.heatmap import KEPT_RGBA
 from app.widgets.plot_export import export_graphics
@@ -61,6 +61,8 @@ _MERGE_PEN = pg.mkPen((255, 255, 255, 210), width=1.5)
 _MERGE_POINTS = 9
 #: An arc over _MERGE_SPAN positions or more rises half an eviction interval above its step; shorter ones less.
 _MERGE_SPAN = 48
+#: At most this many cam arcs drawn at once (those in view).
+MAX_MERGE_ARCS = 20_000
 _PROMPT_PEN = pg.mkPen((235, 235, 235), width=1, style=Qt.PenStyle.DashLine)
 
 
@@ -296,6 +298,7 @@ class TimelinePanel(QWidget):
         self.headCombo.currentIndexChanged.connect(self._redraw)
         self.stepSlider.valueChanged.connect(self._on_step)
         self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.plot.vb.sigRangeChanged.connect(self._draw_merges)
         self._update_choosers()
 
     @staticmethod
@@ -450,26 +453,42 @@ class TimelinePanel(QWidget):
         return " · ".join(out) or None
 
     def merge_arcs(self) -> list[tuple[int, int, int]]:
-        """(step, evicted position, target position) of every cam arc drawn (the shown head; none for the share)."""
+        """(step, evicted position, target position) of every cam merge of the shown head (none for the share)."""
+        m, idx = self._merge_indices()
+        return [(int(m.step[i]), int(m.source[i]), int(m.target[i])) for i in idx]
+
+    def _merge_indices(self) -> tuple[CamMerges | None, np.ndarray]:
         v, head = self._view, self.head()
         if v is None or v.merges is None or head is None:
-            return []
-        m = v.merges
-        return [(int(m.step[i]), int(m.source[i]), int(m.target[i])) for i in m.of_head(*head)]
+            return None, np.zeros(0, np.int64)
+        return v.merges, v.merges.of_head(*head)
 
-    def _draw_merges(self) -> None:
-        arcs = self.merge_arcs()
-        if not arcs:
+    def _draw_merges(self, *_: object) -> None:
+        """The shown head's arcs in view (at most MAX_MERGE_ARCS, evenly spaced: an 8k-token run merges 100k+)."""
+        m, idx = self._merge_indices()
+        if idx.size:
+            (x0, x1), (y0, y1) = self.plot.vb.viewRange()
+            lo, hi = np.minimum(m.source[idx], m.target[idx]), np.maximum(m.source[idx], m.target[idx])
+            step = m.step[idx]
+            idx = idx[
+                (hi + 1 >= x0) & (lo <= x1) & (step + 1 >= min(y0, y1)) & (step - self._rise() <= max(y0, y1))
+            ]
+        if idx.size > MAX_MERGE_ARCS:
+            idx = idx[np.linspace(0, idx.size - 1, MAX_MERGE_ARCS).astype(np.int64)]
+        if not idx.size:
             self.mergeArcs.setData([], [])
             return
-        step, source, target = (np.array(c, dtype=np.float64) for c in zip(*arcs, strict=True))
+        step, source, target = (a[idx].astype(np.float64) for a in (m.step, m.source, m.target))
         s = np.linspace(0.0, 1.0, _MERGE_POINTS)
         x = source[:, None] + 0.5 + (target - source)[:, None] * s[None, :]
-        rise = 0.5 * max(1, int(self._view.policy["interval"]))
-        height = rise * np.sqrt(np.minimum(1.0, np.abs(target - source) / _MERGE_SPAN))[:, None]
+        height = self._rise() * np.sqrt(np.minimum(1.0, np.abs(target - source) / _MERGE_SPAN))[:, None]
         y = step[:, None] + 0.5 - height * 4 * s * (1 - s)
-        nan = np.full((len(arcs), 1), np.nan)
+        nan = np.full((idx.size, 1), np.nan)
         self.mergeArcs.setData(np.hstack([x, nan]).ravel(), np.hstack([y, nan]).ravel())
+
+    def _rise(self) -> float:
+        """How far above its step the longest arc rises: half an eviction interval."""
+        return 0.5 * max(1, int(self._view.policy["interval"]))
 
     def export_image(self, path: str | os.PathLike[str], width: int | None = None) -> None:
         """Write the timeline with its KL and agreement rows to PNG or SVG (by suffix), atomically."""
