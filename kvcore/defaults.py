@@ -176,3 +176,24 @@ RKV_WINDOW = 8
 RKV_KERNEL = 7
 RKV_LAMBDA = 0.07
 RKV_SIMILARITY_THRESHOLD = 0.5
+#: The decoding policies that are not prefill methods (kvcore.engine.decoding), for their tooltips: (one-line
+#: definition, paper). The others are prefill methods re-scored while decoding: their own declarations apply.
+DECODE_POLICY_HELP: dict[str, tuple[str, str]] = {
+    "h2o_online": (
+        "H2O as its paper defines it: attention accumulated over every query seen so far, prompt and generated; "
+        "heavy hitters plus a recent window (half the budget)",
+        "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models (Zhang et al. 2023), "
+        "arXiv:2306.14048",
+    ),
+    "dms": (
+        "kvpress's DMSPress while decoding, over knorm's scores: the newest rows a sliding window, an older row "
+        "evicted once its score falls below the threshold",
+        "Inference-Time Hyper-Scaling with KV Cache Compression (DMS, Łańcucki et al. 2025), arXiv:2506.05345",
+    ),
+    "cam": (
+        "The rolling window (sinks and the most recent rows), each evicted value merged into the kept rows after it "
+        "by its attention share",
+        "CaM: Cache Merging for Memory-efficient LLMs Inference (Zhang et al., ICML 2024), "
+        "openreview.net/forum?id=LCTmppB165",
+    ),
+}

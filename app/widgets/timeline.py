@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 from app.engine.timeline_jobs import CamMerges, TimelineView, policy_text
 from app.widgets.axes import ScientificAxis
 from app.widgets.heatmap import KEPT_RGBA
+from app.widgets.method_tip import policy_tip
 from app.widgets.plot_export import export_graphics
 from app.widgets.token_axis import TokenAxis, token_label
 from app.widgets.token_strip import AGREE_BRUSH, DENSE_BRUSH, DISAGREE_BRUSH, DIVERGENCE_PEN, KL_BRUSH
@@ -132,6 +133,8 @@ class TimelinePanel(QWidget):
     def _build_ui(self) -> None:
         self.methodCombo = QComboBox(objectName="timelineMethodCombo")
         self.methodCombo.addItems(list(DECODE_METHODS))
+        for i, name in enumerate(DECODE_METHODS):
+            self.methodCombo.setItemData(i, policy_tip(name), Qt.ItemDataRole.ToolTipRole)
         self.methodCombo.setToolTip("The decoding-time policy that evicts while the model writes")
         self.budgetSpin = self._spin(
             "timelineBudgetSpin", 1, 1_000_000, START_BUDGET, "rows kept per kv-head"

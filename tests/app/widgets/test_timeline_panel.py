@@ -132,3 +132,23 @@ def test_export_image(panel, tmp_path, suffix, magic):
     path = tmp_path / f"timeline{suffix}"
     panel.export_image(path, 400)
     assert path.read_bytes().lstrip()[: len(magic)] == magic
+
+
+def test_every_decoding_policy_names_its_definition_and_paper(qapp):
+    """The Policy chooser's tooltips: a prefill method re-scored while decoding says so and shows its own
+    definition and paper; h2o_online, dms and cam their declared ones."""
+    from PySide6.QtCore import Qt
+
+    from kvcore.defaults import DECODE_POLICY_HELP
+    from kvcore.engine.decoding import DECODE_METHODS
+    from kvcore.methods import get
+
+    panel = TimelinePanel()
+    combo = panel.methodCombo
+    for i, name in enumerate(DECODE_METHODS):
+        tip = combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
+        assert tip.startswith("<qt>") and "<i>Paper:</i>" in tip, name
+        paper = DECODE_POLICY_HELP[name][1] if name in DECODE_POLICY_HELP else get(name).paper
+        assert paper.split(",")[0].replace("'", "&#x27;") in tip, name
+    cam = combo.itemData(DECODE_METHODS.index("cam"), Qt.ItemDataRole.ToolTipRole)
+    assert "CaM: Cache Merging" in cam and "LCTmppB165" in cam
