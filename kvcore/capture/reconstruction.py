@@ -108,7 +108,7 @@ def _last_layer_kept(model: nn.Module, kept: dict[str, mx.array]) -> Iterator[No
     layers = getattr(model, "layers", None)
     if not layers:
         raise ValueError(
-            "kvgrad differentiates the last decoder layer's output: this model lists no `layers`"
+            "kvgrad differentiates the last decoder layer's output, but this model lists no `layers`: use kvzip"
         )
     last = layers[-1]
     layers[-1] = _LastOutput(last, kept)
@@ -237,4 +237,4 @@ def _hidden_width(model: nn.Module) -> int:
         o_proj = attn.get("o_proj") if isinstance(attn, nn.Module) else None
         if isinstance(o_proj, nn.Module) and "weight" in o_proj:
             return int(o_proj["weight"].shape[0])
-    raise ValueError("kvgrad reads W_o: this model's attention modules have no o_proj weight")
+    raise ValueError("kvgrad reads W_o, but this model's attention modules have no o_proj weight: use kvzip")

@@ -25,7 +25,7 @@ import mlx.nn as nn
 
 from kvcore.capture import reconstruction
 from kvcore.declared import param
-from kvcore.methods.kvzip import KVzip, _attention_by_layer, _output_norms, chunk_scores
+from kvcore.methods.kvzip import KVzip, _output_norms, chunk_scores
 
 #: kvpress's KVgradPress chunk_size: context tokens per replay (each one forward and one backward pass).
 KVGRAD_CHUNK = 512
@@ -54,11 +54,12 @@ class KVgrad(KVzip):
         self, model: nn.Module, cache: list[Any], start: int, end: int, input_ids: list[int]
     ) -> dict[int, mx.array]:
         """Per layer, [H_kv, end - start]: the scores of context[start:end] from one differentiated replay."""
-        modules = _attention_by_layer(model)
         found: dict[int, mx.array] = {}
 
         def observe(layer, queries, keys, values, scale, gradient_norms) -> list[mx.array]:
-            value_norms = _output_norms(modules[layer], values[0, :, start:end], keys.shape[1])
+            # the replay has checked that the model has `layers` and their attention an o_proj (W_o)
+            attn = model.layers[layer].self_attn
+            value_norms = _output_norms(attn, values[0, :, start:end], keys.shape[1])
             # chunk_scores divides each reconstruction row by its `row_norms`: the reciprocal multiplies by ‖∂Φ/∂a_p‖
             found[layer] = chunk_scores(
                 queries[0], keys[0], start, end, self.n_sink, scale, 1.0 / gradient_norms, value_norms
