@@ -125,6 +125,7 @@ def _presses(kvpress):
         # presses_kvgrad: input x gradient through the reconstruction replay (one backward pass per chunk)
         "kvgrad": (kvpress.KVgradPress, "sdpa"),
         "kvgrad?layerwise=1": (lambda: kvpress.KVgradPress(layerwise=True), "sdpa"),
+        "kvgrad?chunk_size=256": (lambda: kvpress.KVgradPress(chunk_size=256), "sdpa"),
     }
 
 

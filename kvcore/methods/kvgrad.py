@@ -35,8 +35,8 @@ KVGRAD_CHUNK = 512
 class KVgrad(KVzip):
     name = "kvgrad"
     description = (
-        "KVgrad: each pair's max attention × ‖W_o·v‖ × ‖∂Φ/∂attention output‖ while the model repeats the "
-        "context (Φ = Σ‖last hidden‖²); lowest evicted across layers and heads"
+        "KVgrad (openreview cg1wTCJjjk): max over a context-repeating replay of attention × ‖W_o·v‖ × "
+        "‖∂Φ/∂attention output‖ (Φ = Σ‖last hidden‖²); lowest evicted across layers and heads"
     )
 
     #: not a parameter here: kvpress fixes it off (the ‖W_o·v‖ factor is part of the score)
