@@ -122,6 +122,10 @@ def _presses(kvpress):
         # kvcompose re-reads the context after it (eager attention); NAME@VARIANT: kvpress_parity.PARAMS's setting
         "kvcompose": (kvpress.KVComposePress, "eager"),
         "kvcompose@unstructured": (lambda: kvpress.KVComposePress(structured=False), "eager"),
+        # presses_kvgrad: input x gradient through the reconstruction replay (one backward pass per chunk)
+        "kvgrad": (kvpress.KVgradPress, "sdpa"),
+        "kvgrad?layerwise=1": (lambda: kvpress.KVgradPress(layerwise=True), "sdpa"),
+        "kvgrad?chunk_size=256": (lambda: kvpress.KVgradPress(chunk_size=256), "sdpa"),
     }
 
 

@@ -167,7 +167,7 @@ class KVzip(Method):
         found = obs.reconstruction.get(self.reconstruction_key)
         if found is None:
             raise ValueError(
-                "kvzip scores come from a reconstruction pass: rank it through Session (which runs the pass)"
+                f"{self.name} scores come from a reconstruction pass: rank it through Session (which runs the pass)"
             )
         return found
 
@@ -186,30 +186,16 @@ class KVzip(Method):
             return 0
         if any(o.latent for o in observed):
             raise ValueError(
-                "kvzip replays the context through full-rank attention: not on latent (MLA) models"
+                f"{self.name} replays the context through full-rank attention: not on latent (MLA) models"
             )
         prefix_length, suffix = template_parts(tokenizer)
         prefix_length = prefix_length if templated else 0
         inputs = reconstruction_inputs(tokenizer, ids, prefix_length, suffix, self.chunk_size)
         n_tokens = len(ids)
         pieces: dict[int, list[mx.array]] = {}
-        plus = bool(self.kvzip_plus_normalization)
-        modules = _attention_by_layer(model) if plus else {}
-        current: dict[str, int] = {}
-
-        def observe(layer, queries, keys, values, scale, row_norms) -> list[mx.array]:
-            start, end = current["start"], current["end"]
-            value_norms = None
-            if plus:
-                n_kv = keys.shape[1]
-                value_norms = _output_norms(modules[layer], values[0, :, start:end], n_kv)
-            s = chunk_scores(queries[0], keys[0], start, end, self.n_sink, scale, row_norms, value_norms)
-            pieces.setdefault(layer, []).append(s)
-            return [s]
-
         for start, end, input_ids in inputs:
-            current["start"], current["end"] = start, end
-            reconstruction.replay(model, capture.cache, input_ids, observe, input_norms=plus)
+            for layer, s in self.chunk_pass(model, capture.cache, start, end, input_ids).items():
+                pieces.setdefault(layer, []).append(s)
         for layer, obs in enumerate(capture.observations):
             if obs is None:
                 continue
@@ -220,6 +206,27 @@ class KVzip(Method):
             obs.reconstruction[key] = row
         mx.eval([o.reconstruction[key] for o in observed])
         return len(inputs)
+
+    def chunk_pass(
+        self, model: nn.Module, cache: list[Any], start: int, end: int, input_ids: list[int]
+    ) -> dict[int, mx.array]:
+        """Per layer, [H_kv, end - start]: the scores of context[start:end] from one replay of `input_ids`."""
+        found: dict[int, mx.array] = {}
+        plus = bool(self.kvzip_plus_normalization)
+        modules = _attention_by_layer(model) if plus else {}
+
+        def observe(layer, queries, keys, values, scale, row_norms) -> list[mx.array]:
+            value_norms = None
+            if plus:
+                n_kv = keys.shape[1]
+                value_norms = _output_norms(modules[layer], values[0, :, start:end], n_kv)
+            found[layer] = chunk_scores(
+                queries[0], keys[0], start, end, self.n_sink, scale, row_norms, value_norms
+            )
+            return [found[layer]]
+
+        reconstruction.replay(model, cache, input_ids, observe, input_norms=plus)
+        return found
 
 
 def _attention_by_layer(model: nn.Module) -> dict[int, nn.Module]:
