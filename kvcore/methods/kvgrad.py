@@ -38,6 +38,7 @@ class KVgrad(KVzip):
         "KVgrad (openreview cg1wTCJjjk): max over a context-repeating replay of attention × ‖W_o·v‖ × "
         "‖∂Φ/∂attention output‖ (Φ = Σ‖last hidden‖²); lowest evicted across layers and heads"
     )
+    paper = "KVgrad, input × gradient attribution of KV pairs (as kvpress 0.5.5 cites it), openreview.net/forum?id=cg1wTCJjjk"
 
     #: not a parameter here: kvpress fixes it off (the ‖W_o·v‖ factor is part of the score)
     kvzip_plus_normalization: int = field(default=0, init=False, repr=False)
