@@ -5,7 +5,9 @@ reads a "repeat the context" prompt and the context again. `replay` runs such in
 copy of the context's cache that shares its rows (the originals are never written: mlx-lm's `KVCache` reallocates
 when a copy at its full length grows), so every input sees exactly the context, as kvpress's hook restores it
 after each layer. An observer sees each layer's attention call; `input_norms` also gives it the L2 norm of each
-row entering the layer's attention (KVzip+'s normalisation). The appended rows are dropped with the copy.
+row entering the layer's attention (KVzip+'s normalisation). The appended rows are dropped with the copy. A long
+input may go through in `step`s (its later steps see the earlier ones in the copy, as a chunked prefill does): the
+observer is then called once per step and layer, with that step's queries, the last of the keys.
 """
 
 from __future__ import annotations
@@ -77,10 +79,12 @@ def replay(
     ids: Sequence[int],
     observer: ReplayObserver,
     input_norms: bool = False,
+    step: int | None = None,
 ) -> None:
     """Run `ids` after the context held by `cache`, calling `observer` at every plain layer's attention, then
     evaluate what it made. `cache` is left as it was. input_norms=True passes each layer's input row norms
-    (ValueError when the model has no `self_attn` modules to read them from)."""
+    (ValueError when the model has no `self_attn` modules to read them from). `step`: at most this many ids per
+    forward call (None: all at once); what the observer made is evaluated after each."""
     attention.install(model)
     norms: dict[int, mx.array] = {}
     copy = _context_copy(cache)
@@ -101,8 +105,11 @@ def replay(
             raise ValueError(
                 "this model has no self_attn modules: KVzip+ normalisation cannot read their input"
             )
-        model(mx.array([list(ids)]), cache=copy)
-        mx.eval(made)
+        ids = list(ids)
+        size = step or max(1, len(ids))
+        for start in range(0, len(ids), size):
+            model(mx.array([ids[start : start + size]]), cache=copy)
+            mx.eval(made)
 
 
 @contextmanager
