@@ -184,7 +184,7 @@ def markdown(rows: list[tuple[str, dict[int, float | str]]], contexts: list[int]
             if isinstance(v, float) and isinstance(b, float):
                 parts += [f"{v:.1f}", f"{v / b:.2f}"]
             else:
-                parts += [str(v), ""]
+                parts += ["not timed" if v is None else str(v), ""]
         lines.append(f"| {name} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
 
