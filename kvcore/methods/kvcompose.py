@@ -150,7 +150,8 @@ class KVCompose(Method):
 
     def reconstruct(self, model: Any, tokenizer: Any, capture: Any, ids: list[int], templated: bool) -> int:
         """Re-read the context `ids` after `capture`'s cache and cache each layer's scores on its observation;
-        returns the forward calls (1). The whole prompt is re-read, template included, as kvpress."""
+        returns the forward calls (1). The whole prompt is re-read, template included, as kvpress; a long one in
+        steps (`REREAD_SCORES`), whose per-step aggregates add up to the one pass's."""
         from kvcore.capture import reconstruction
 
         key = self.reconstruction_key
