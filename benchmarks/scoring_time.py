@@ -8,12 +8,21 @@ wrappers are timed over snapkv. h2o's column sums are deferred at capture and co
 its figure is that first call (fresh capture, one run). Figures and the ratio to snapkv come from one run (the machine is noisy).
 
     .venv/bin/python -m benchmarks.scoring_time [--contexts 2048 8192] [--layers 2] [--repeats 2]
+        [--rows bench_out/scoring.jsonl --isolated]
+
+`--rows` appends each finished cell as it ends and skips the cells already there, so a long run resumes;
+`--isolated` runs the timing in child processes, so a method that kills its process leaves that as its cell.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import kvcore  # noqa: F401  (loads the optimized BLAS before mlx)
 
@@ -28,6 +37,7 @@ from kvcore.defaults import CAPTURE_WINDOW
 from kvcore.methods.selection import rank
 
 BASELINE = "snapkv"
+LONG_MS = 10_000.0
 
 
 def timed_methods() -> list[str]:
@@ -37,16 +47,17 @@ def timed_methods() -> list[str]:
 
 
 def time_rank(observations: list, name: str, repeats: int) -> float:
-    """Best-of-`repeats` ms of ranking every layer with method `name` (after one warm-up)."""
+    """Best-of-`repeats` ms of ranking every layer with method `name`, after one warm-up; a warm-up of LONG_MS or
+    more is the figure itself (the machine's noise is a small share of it, and repeats would cost minutes)."""
     method = methods.get(name)
     if method.needs_h2o:  # the deferred sums are computed once, by the first ranking: that call is the cost
         return _ms(lambda: rank(observations, method))
-    rank(observations, method)
+    best = _ms(lambda: rank(observations, method))
+    if best >= LONG_MS:
+        return best
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
-        rank(observations, method)
-        best = min(best, (time.perf_counter() - start) * 1e3)
+        best = min(best, _ms(lambda: rank(observations, method)))
     return best
 
 
@@ -87,26 +98,79 @@ def time_reconstruction(model, captured, ids: list[int], name: str) -> float:
 
 
 def run(
-    contexts: list[int], layers: int, repeats: int, only: list[str] | None = None
+    contexts: list[int], layers: int, repeats: int, only: list[str] | None = None, rows: Path | None = None
 ) -> list[tuple[str, dict[int, float | str]]]:
+    """Time every (method, context) not already in `rows` (a JSON-lines file, appended as each finishes)."""
     model = build("llama-3.2-1b", layers)
     names = [n for n in timed_methods() if not only or n in only or n == BASELINE]
-    table: dict[str, dict[int, float | str]] = {n: {} for n in names}
+    done = read_rows(rows) if rows else {}
     for T in contexts:
+        todo = [n for n in names if (n, T) not in done]
+        if not todo:
+            continue
         ids = np.random.default_rng(T).integers(0, 32000, size=T).tolist()
         captured = capture(model, ids)
-        for name in names:
+        for name in todo:
+            if rows:
+                _append(rows, {"method": name, "tokens": T, "started": True})
             if methods.get(name).needs_h2o:  # fresh: h2o's deferred sums are computed once per capture
                 captured = capture(model, ids)
             try:
                 if methods.get(name).needs_reconstruction:  # its replay is the cost, once per capture
-                    table[name][T] = time_reconstruction(model, captured, ids, name)
-                    continue
-                table[name][T] = time_rank(captured.observations, name, repeats)
+                    cell: float | str = time_reconstruction(model, captured, ids, name)
+                else:
+                    cell = time_rank(captured.observations, name, repeats)
             except ValueError as error:  # a method this capture cannot serve says why
-                table[name][T] = f"refused: {error}"
+                cell = f"refused: {error}"
+            done[(name, T)] = cell
+            if rows:
+                _append(rows, {"method": name, "tokens": T, "ms": cell})
         del captured
-    return list(table.items())
+    return [(n, {T: done[(n, T)] for T in contexts if (n, T) in done}) for n in names]
+
+
+def _append(path: Path, record: dict) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_rows(path: Path) -> dict[tuple[str, int], float | str]:
+    """The finished cells of a rows file; a cell started and never finished is the process that died in it."""
+    cells: dict[tuple[str, int], float | str] = {}
+    if not path.exists():
+        return cells
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        key = (record["method"], record["tokens"])
+        if "ms" in record:
+            cells[key] = record["ms"]
+    return cells
+
+
+def unfinished(path: Path) -> tuple[str, int] | None:
+    """The (method, tokens) the last process started and did not finish, if any."""
+    last = None
+    for line in path.read_text().splitlines() if path.exists() else []:
+        record = json.loads(line)
+        last = None if "ms" in record else (record["method"], record["tokens"])
+    return last
+
+
+def supervise(argv: list[str], rows: Path) -> None:
+    """Run the timing in child processes until every cell is written: a child that dies (a crash, the memory
+    killer) leaves its cell as the signal that ended it, and the next child goes on from the cell after."""
+    while True:
+        child = subprocess.run([sys.executable, "-X", "faulthandler", "-m", "benchmarks.scoring_time", *argv])
+        if child.returncode == 0:
+            return
+        cell = unfinished(rows)
+        if cell is None:
+            raise SystemExit(f"the timing process failed (exit {child.returncode}) outside any method")
+        how = f"signal {-child.returncode}" if child.returncode < 0 else f"exit {child.returncode}"
+        print(f"{cell[0]} at {cell[1]} tokens: the process died ({how}); going on", flush=True)
+        _append(rows, {"method": cell[0], "tokens": cell[1], "ms": f"died ({how})"})
 
 
 def markdown(rows: list[tuple[str, dict[int, float | str]]], contexts: list[int]) -> str:
@@ -120,7 +184,7 @@ def markdown(rows: list[tuple[str, dict[int, float | str]]], contexts: list[int]
             if isinstance(v, float) and isinstance(b, float):
                 parts += [f"{v:.1f}", f"{v / b:.2f}"]
             else:
-                parts += [str(v), ""]
+                parts += ["not timed" if v is None else str(v), ""]
         lines.append(f"| {name} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
 
@@ -131,8 +195,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=2, help="first layers of Llama-3.2-1B's shape")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--methods", nargs="*", default=None, help="only these methods (and snapkv)")
+    parser.add_argument(
+        "--rows",
+        type=Path,
+        default=None,
+        help="JSON-lines file of finished cells: written as each ends, resumed",
+    )
+    parser.add_argument("--report", action="store_true", help="print the table of --rows FILE; time nothing")
+    parser.add_argument(
+        "--isolated",
+        action="store_true",
+        help="time in child processes; one that dies leaves its cell (needs --rows)",
+    )
     args = parser.parse_args(argv)
-    rows = run(args.contexts, args.layers, args.repeats, args.methods)
+    if (args.isolated or args.report) and args.rows is None:
+        parser.error("--isolated and --report need --rows FILE (where the cells are written)")
+    if args.isolated or args.report:
+        child_argv = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--isolated"]
+        if not args.report:
+            supervise(child_argv, args.rows)
+        done = read_rows(args.rows)
+        names = [n for n in timed_methods() if not args.methods or n in args.methods or n == BASELINE]
+        rows = [(n, {T: done[(n, T)] for T in args.contexts if (n, T) in done}) for n in names]
+    else:
+        rows = run(args.contexts, args.layers, args.repeats, args.methods, args.rows)
     print(f"Llama-3.2-1B shape, {args.layers} layers, float32, best of {args.repeats}")
     print(markdown(rows, args.contexts))
 

@@ -197,3 +197,8 @@ DECODE_POLICY_HELP: dict[str, tuple[str, str]] = {
         "openreview.net/forum?id=LCTmppB165",
     ),
 }
+
+#: The most attention scores one step of a context re-read (kvcompose's replay) holds per layer: MLX's CPU attention
+#: writes H_q x step x keys of them, and one pass of an 8k context over its 16k keys with 32 query heads is 2^32
+#: (16 GiB, past 32-bit indexing); steps of at most 2^28 hold 1 GiB, and a short prompt still goes in one step.
+REREAD_SCORES = 1 << 28

@@ -11,6 +11,9 @@ KVgrad (kvpress's KVgradPress) also needs how much the replay's last hidden stat
 attention output: `replay_gradients` runs the same replay under `mx.value_and_grad`, differentiating
 Φ = Σ_p ‖h_p‖² (h: the last layer's output, before the final norm) with respect to a zero shift added to every
 attention output — the gradient there is ∂Φ/∂(attention output). Parameters and the context's rows are constants.
+
+A long input may go through in `step`s (its later steps see the earlier ones in the copy, as a chunked prefill does): the
+observer is then called once per step and layer, with that step's queries, the last of the keys.
 """
 
 from __future__ import annotations
@@ -138,10 +141,12 @@ def replay(
     ids: Sequence[int],
     observer: ReplayObserver,
     input_norms: bool = False,
+    step: int | None = None,
 ) -> None:
     """Run `ids` after the context held by `cache`, calling `observer` at every plain layer's attention, then
     evaluate what it made. `cache` is left as it was. input_norms=True passes each layer's input row norms
-    (ValueError when the model has no `self_attn` modules to read them from)."""
+    (ValueError when the model has no `self_attn` modules to read them from). `step`: at most this many ids per
+    forward call (None: all at once); what the observer made is evaluated after each."""
     attention.install(model)
     norms: dict[int, mx.array] = {}
     copy = _context_copy(cache)
@@ -158,8 +163,11 @@ def replay(
             raise ValueError(
                 "this model has no self_attn modules: KVzip+ normalisation cannot read their input"
             )
-        model(mx.array([list(ids)]), cache=copy)
-        mx.eval(made)
+        ids = list(ids)
+        size = step or max(1, len(ids))
+        for start in range(0, len(ids), size):
+            model(mx.array([ids[start : start + size]]), cache=copy)
+            mx.eval(made)
 
 
 @contextmanager

@@ -2,7 +2,8 @@
 
 As kvpress's CriticalAdaKVPress: each kv-head keeps its inner top max(1, int(alpha·n)); the layer's H·n slots go
 to the best inner scores across heads (adakv's budgets); in each head, int(budget·first_stage_ratio) are kept on
-the inner scores, the rest by (score + epsilon)·‖W_o·v‖₁ (`kvcore.methods.criticalkv`).
+the inner scores, the rest by (score + epsilon)·‖W_o·v‖₁ (`kvcore.methods.criticalkv`). The Score view shows each
+head's final priority (`final_scores`): its top budget(h) positions are what the head keeps.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from kvcore.capture.prefill import LayerObservation
 from kvcore.declared import param
 from kvcore.defaults import ADAKV_ALPHA
 from kvcore.methods.base import Pick
-from kvcore.methods.criticalkv import EPSILON, FIRST_STAGE_RATIO, second_stage, value_output_norms
+from kvcore.methods.criticalkv import (
+    EPSILON,
+    FIRST_STAGE_RATIO,
+    final_priority,
+    second_stage,
+    value_output_norms,
+)
 from kvcore.methods.wrapper import Wrapper, padded_scores
 
 
@@ -47,7 +54,8 @@ class CriticalAdaKV(Wrapper):
     def auxiliary(self, obs: LayerObservation, layer: int) -> mx.array:
         return value_output_norms(obs, self.label)
 
-    def choose(self, pick: Pick) -> list[np.ndarray]:
+    def ranked_by(self, pick: Pick) -> tuple[np.ndarray, list[int]]:
+        """One layer's final priority [H_kv, T] and each head's budget (adakv's, from the inner scores)."""
         n_heads, n_tokens = pick.scores.shape
         scores = padded_scores(pick.scores, self.inner.always_kept(n_tokens))
         n = min(pick.n, n_tokens)
@@ -62,4 +70,10 @@ class CriticalAdaKV(Wrapper):
         order = np.argsort(-priority, axis=1, kind="stable")
         first = [order[h, : max(safe, int(b * self.first_stage_ratio))] for h, b in enumerate(budgets)]
         assert pick.auxiliary is not None
-        return second_stage(scores, pick.auxiliary, first, budgets, self.epsilon)
+        return final_priority(scores, pick.auxiliary, first, self.epsilon), budgets
+
+    def final_scores(self, pick: Pick) -> np.ndarray:
+        return self.ranked_by(pick)[0]
+
+    def choose(self, pick: Pick) -> list[np.ndarray]:
+        return second_stage(*self.ranked_by(pick))

@@ -3,8 +3,9 @@ Perspective"): a pair matters as much as its attention and as much as its value 
 
 Two stages per kv-head, as kvpress's CriticalKVPress: the inner method's top int(r·T·first_stage_ratio) are kept
 on its scores alone; the rest of the budget goes to the highest (score + epsilon)·‖W_o·v‖₁, the L1 norm of each
-value through the head's slice of the output projection, averaged over the GQA group. The heatmap shows the
-inner scores; the norms come from the layer's `o_proj` (reached through the observation).
+value through the head's slice of the output projection, averaged over the GQA group. The heatmap's Score view
+shows that final ranking (`final_scores`: the rescaled scores, first-stage positions just above them); the norms
+come from the layer's `o_proj` (reached through the observation).
 """
 
 from __future__ import annotations
@@ -54,17 +55,24 @@ def value_output_norms(obs: LayerObservation, name: str) -> mx.array:
     return mx.stack(norms).reshape(obs.n_kv_heads, obs.group, -1).mean(axis=1)
 
 
-def second_stage(
-    scores: np.ndarray, norms: np.ndarray, first: list[np.ndarray], budgets: list[int], epsilon: float
-) -> list[np.ndarray]:
-    """Per head: the first-stage positions, then the highest (score + epsilon)·norm up to the head's budget."""
-    rescaled = (scores.astype(np.float32) + np.float32(epsilon)) * norms.astype(np.float32)
-    kept = []
-    for h, (chosen, n) in enumerate(zip(first, budgets, strict=True)):
-        row = rescaled[h].astype(np.float64)
-        row[chosen] = np.inf
-        kept.append(np.sort(np.argsort(-row, kind="stable")[:n]).astype(np.int32))
-    return kept
+def final_priority(
+    scores: np.ndarray, norms: np.ndarray, first: list[np.ndarray], epsilon: float
+) -> np.ndarray:
+    """[H_kv, T] float32: what the second stage ranks by, (score + epsilon)·norm, with each head's first-stage
+    positions just above that head's highest value, so they come first and the Score view keeps a finite scale."""
+    priority = (scores.astype(np.float32) + np.float32(epsilon)) * norms.astype(np.float32)
+    for h, chosen in enumerate(first):
+        if len(chosen):
+            priority[h, chosen] = np.nextafter(priority[h].max(), np.float32(np.inf))
+    return priority
+
+
+def second_stage(priority: np.ndarray, budgets: list[int]) -> list[np.ndarray]:
+    """Per head: the head's budget of highest priority (first-stage positions first; ties by position)."""
+    return [
+        np.sort(np.argsort(-row, kind="stable")[:n]).astype(np.int32)
+        for row, n in zip(priority, budgets, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,8 @@ class CriticalKV(Wrapper):
     def auxiliary(self, obs: LayerObservation, layer: int) -> mx.array:
         return value_output_norms(obs, self.label)
 
-    def choose(self, pick: Pick) -> np.ndarray:
+    def ranked_by(self, pick: Pick) -> np.ndarray:
+        """The final priority of one layer: inner top int(r·T·first_stage_ratio) first, then score × norm."""
         n_heads, n_tokens = pick.scores.shape
         scores = padded_scores(pick.scores, self.inner.always_kept(n_tokens))
         first = int((1 - (1 - pick.ratio)) * n_tokens * self.first_stage_ratio)
@@ -95,4 +104,10 @@ class CriticalKV(Wrapper):
             first = max(1, first)
         tops = [np.argsort(-scores[h], kind="stable")[:first] for h in range(n_heads)]
         assert pick.auxiliary is not None
-        return np.stack(second_stage(scores, pick.auxiliary, tops, [pick.n] * n_heads, self.epsilon))
+        return final_priority(scores, pick.auxiliary, tops, self.epsilon)
+
+    def final_scores(self, pick: Pick) -> np.ndarray:
+        return self.ranked_by(pick)
+
+    def choose(self, pick: Pick) -> np.ndarray:
+        return np.stack(second_stage(self.ranked_by(pick), [pick.n] * pick.scores.shape[0]))

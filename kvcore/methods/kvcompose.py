@@ -26,6 +26,7 @@ import numpy as np
 
 from kvcore.capture.prefill import BLOCK_ELEMENTS, LayerObservation
 from kvcore.declared import param
+from kvcore.defaults import REREAD_SCORES
 from kvcore.methods import budgets
 from kvcore.methods.base import Method
 
@@ -40,26 +41,30 @@ _last_counts: dict[str, Any] = {}
 COUNTED_FIRST = 1e9  # kvpress's lift of the first keep_token_lower_bound composite tokens
 
 
-def context_attention(queries: mx.array, keys: mx.array, n_context: int, scale: float, agg: str) -> mx.array:
-    """[H_q, T]: the re-read's N queries [H_q, N, D] (positions T … T + N − 1) attending over keys
-    [H_kv, T + N, D], causal among the re-read's own; each context column aggregated over the queries (max or
-    mean). Query rows are independent, so they go in blocks of at most BLOCK_ELEMENTS probabilities."""
+def context_attention(
+    queries: mx.array, keys: mx.array, n_context: int, scale: float, agg: str, n_queries: int | None = None
+) -> mx.array:
+    """[H_q, T]: the re-read's queries [H_q, N, D] — the last N positions of keys [H_kv, K, D], causal among the
+    re-read's own — attending over the keys; each context column aggregated over the queries: max, or the sum over
+    `n_queries` (default N; a step of a longer re-read passes the whole re-read's count, so the steps add up to
+    its mean). Query rows are independent, so they go in blocks of at most BLOCK_ELEMENTS probabilities."""
     n_q_heads, n_new, head_dim = queries.shape
     n_kv_heads, n_keys = keys.shape[0], keys.shape[1]
     group = n_q_heads // n_kv_heads
+    first = n_keys - n_new  # the position of the first query
     q = queries.astype(mx.float32).reshape(n_kv_heads, group, n_new, head_dim)
-    k_t = keys.astype(mx.float32).transpose(0, 2, 1)[:, None]  # [H_kv, 1, D, T + N]
+    k_t = keys.astype(mx.float32).transpose(0, 2, 1)[:, None]  # [H_kv, 1, D, K]
     block = max(1, BLOCK_ELEMENTS // (n_q_heads * n_keys))
     found = None
     for a in range(0, n_new, block):
         b = min(a + block, n_new)
-        logits = (q[:, :, a:b] @ k_t) * scale  # [H_kv, group, b − a, T + N]
-        visible = mx.arange(n_keys)[None, :] <= (n_context + mx.arange(a, b))[:, None]
+        logits = (q[:, :, a:b] @ k_t) * scale  # [H_kv, group, b − a, K]
+        visible = mx.arange(n_keys)[None, :] <= (first + mx.arange(a, b))[:, None]
         probs = mx.softmax(mx.where(visible, logits, -mx.inf), axis=-1, precise=True)[..., :n_context]
         part = probs.max(axis=2) if agg == "max" else probs.sum(axis=2)
         found = part if found is None else (mx.maximum(found, part) if agg == "max" else found + part)
         mx.async_eval(found)
-    out = found if agg == "max" else found / n_new
+    out = found if agg == "max" else found / (n_queries or n_new)
     return out.reshape(n_q_heads, n_context)
 
 
@@ -148,7 +153,8 @@ class KVCompose(Method):
 
     def reconstruct(self, model: Any, tokenizer: Any, capture: Any, ids: list[int], templated: bool) -> int:
         """Re-read the context `ids` after `capture`'s cache and cache each layer's scores on its observation;
-        returns the forward calls (1). The whole prompt is re-read, template included, as kvpress."""
+        returns the forward calls (1). The whole prompt is re-read, template included, as kvpress; a long one in
+        steps (`REREAD_SCORES`), whose per-step aggregates add up to the one pass's."""
         from kvcore.capture import reconstruction
 
         key = self.reconstruction_key
@@ -158,13 +164,19 @@ class KVCompose(Method):
         if any(o.latent for o in observed):
             raise ValueError("kvcompose re-reads the context through full-rank attention: not on MLA models")
         n_tokens, agg = len(ids), AGGREGATES[self.agg_task]
+        # in steps, so no layer's attention holds more than REREAD_SCORES scores (one step for a short prompt)
+        step = max(1, REREAD_SCORES // (observed[0].n_q_heads * 2 * n_tokens))
         per_layer: dict[int, mx.array] = {}
 
         def observe(layer, queries, keys, values, scale, row_norms) -> list[mx.array]:
-            per_layer[layer] = context_attention(queries[0], keys[0], n_tokens, scale, agg)
-            return [per_layer[layer]]
+            part = context_attention(queries[0], keys[0], n_tokens, scale, agg, n_tokens)
+            found = per_layer.get(layer)
+            if found is not None:
+                part = mx.maximum(found, part) if agg == "max" else found + part
+            per_layer[layer] = part
+            return [part]
 
-        reconstruction.replay(model, capture.cache, ids, observe)
+        reconstruction.replay(model, capture.cache, ids, observe, step=step)
         for layer, obs in enumerate(capture.observations):
             if obs is None:
                 continue

@@ -224,6 +224,28 @@ def test_kvcompose_context_attention_is_the_rereads_attention(loaded_models):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("agg_task", [0, 1])
+def test_kvcompose_rereads_a_long_context_in_steps_with_the_same_scores(loaded_models, monkeypatch, agg_task):
+    """A context whose re-read would hold more than REREAD_SCORES attention scores per layer goes through the model
+    in steps (at 8k tokens one pass held 2^32 and crashed the CPU backend); the steps give the one pass's scores."""
+    from kvcore.methods import kvcompose
+
+    model, _ = loaded_models["llama"]
+    ids = [int(t) for t in np.random.default_rng(8).integers(1, model.args.vocab_size, 40)]
+    method = methods.get("kvcompose", agg_task=agg_task)
+    scores = []
+    for limit in (
+        kvcompose.REREAD_SCORES,
+        7 * 2 * 40 * model.args.num_attention_heads,
+    ):  # one step; steps of 7
+        monkeypatch.setattr(kvcompose, "REREAD_SCORES", limit)
+        captured = capture.prefill_with_capture(model, ids)
+        assert method.reconstruct(model, None, captured, ids, False) == 1
+        scores.append([np.array(o.reconstruction[method.reconstruction_key]) for o in captured.observations])
+    for one_pass, stepped in zip(*scores, strict=True):
+        np.testing.assert_allclose(stepped, one_pass, rtol=1e-5, atol=1e-7)
+
+
 def kvcompose_reference(scores: list[np.ndarray], ratio: float, structured: bool, bound: int) -> list:
     """kvpress's composite budgets, step by step: sorted rows, lifted first tokens, a global top-n, bin counts."""
     n_layers, (n_heads, n_tokens) = len(scores), scores[0].shape

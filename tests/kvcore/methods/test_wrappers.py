@@ -135,6 +135,25 @@ def test_critical_adakv_spreads_budgets_then_two_stages(llama):
             assert sum(budgets) == n * heads
 
 
+@pytest.mark.parametrize("name", ["criticalkv-knorm", "critical_adakv-knorm"])
+def test_score_view_of_criticalkv_is_the_ranking_it_keeps_by(llama, name):
+    """selection.final_scores (the heatmap's Score view): each head's top len(kept) of it are the kept positions,
+    first-stage positions rank above the rest, and the rest are (score + epsilon)·‖W_o·v‖₁."""
+    model, observations = llama
+    ranking = selection.rank(observations, methods.get(name))
+    shown = selection.final_scores(ranking, 0.25)
+    for layer, (obs, got, final) in enumerate(
+        zip(observations, selection.select(ranking, 0.25), shown, strict=True)
+    ):
+        rescaled = (knorm(keys_of(obs)) + 1e-4) * output_norms(model, layer, obs)
+        for h, positions in enumerate(got):
+            by_final = np.argsort(-final[h], kind="stable")[: len(positions)]
+            assert sorted(by_final.tolist()) == np.asarray(positions).tolist()
+            lifted = final[h] > rescaled[h].max() * (1 + 1e-5) + 1e-6
+            assert 0 < lifted.sum() < len(positions)  # the first stage, above every rescaled score
+            np.testing.assert_allclose(final[h][~lifted], rescaled[h][~lifted], rtol=1e-4, atol=1e-6)
+
+
 def test_chunk_compresses_each_chunk_with_its_own_keydiff(llama):
     _, observations = llama
     for ratio in RATIOS:
