@@ -176,3 +176,21 @@ RKV_WINDOW = 8
 RKV_KERNEL = 7
 RKV_LAMBDA = 0.07
 RKV_SIMILARITY_THRESHOLD = 0.5
+
+#: kvzap (Jegou et al. 2026, kvpress's KVzapPress and its training script): the surrogate's hidden width (mlp), the
+#: training run (AdamW with weight decay, cosine learning rate, gradient norm clipped, minibatches of rows), the
+#: positions sampled from each calibration prompt (kvpress samples 500 of 750-1250-token texts), the share of the
+#: prompts held out, and the floor under a kvzip+ score before its log is taken (the target is log(score)).
+KVZAP_HIDDEN_DIM = 512
+KVZAP_EPOCHS = 15
+KVZAP_LEARNING_RATE = 5e-3
+KVZAP_WEIGHT_DECAY = 0.01
+KVZAP_GRAD_CLIP = 1.0
+KVZAP_BATCH_ROWS = 512
+KVZAP_POSITIONS = 512
+KVZAP_SEED = 0
+KVZAP_HELD_OUT = 0.1
+KVZAP_SCORE_FLOOR = 1e-12
+KVZAP_VERSION = (
+    1  # the surrogate and shard formats; another version is refused (surrogate) or collected again
+)
