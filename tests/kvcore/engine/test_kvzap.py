@@ -67,6 +67,13 @@ def test_collection_writes_a_shard_per_prompt_and_resume_skips_them(session, cal
         assert shard.positions.shape == (n,) and sorted(shard.rows) == list(range(n_layers))
         assert shard.rows[0].shape == (n, hidden) and shard.targets[0].shape == (n, n_kv)
         assert all(np.isfinite(t).all() and (t <= 0).all() for t in shard.targets.values())  # log of ≤ 1
+    # the targets are log kvzip+ (kvzip with kvzip_plus_normalization) at the sampled positions
+    session.prefill(PROMPTS[0][1], n_tokens=1, chat_template=False)
+    kvzip = session.ranking(CompressionConfig("kvzip", 0.5, params={"kvzip_plus_normalization": 1}))
+    shard = next(s for s in shards if s.prompt_id == "a")
+    for layer in range(n_layers):
+        want = np.log(np.maximum(kvzip.layers[layer].scores[:, shard.positions], 1e-12)).T
+        np.testing.assert_allclose(shard.targets[layer], want, rtol=1e-4, atol=1e-4)
     header = again.surrogate.header
     assert header["n_prompts"] == 3 and len(header["held_out"]) == 1
     assert header["held_out_r2"] is not None and set(header["jaccard_vs_kvzip"]) == {"0.25", "0.5"}
