@@ -5,8 +5,8 @@ A shard holds, per observed layer, the attention-input rows of a sample of the p
 (`layer{i}.x` [n, hidden], float32) and their targets (`layer{i}.y` [n, H_kv]: log of kvzip+'s score), the
 positions themselves, and a JSON header (format, version, prompt id, tokens, the sampling settings). Shards live in
 `kvzap-<fingerprint>-shards/` in the data folder, named by a hash of the prompt id; a shard whose settings differ
-from the run's is collected again, one that cannot be read is refused in one line (written atomically, so only
-something else can have damaged it).
+from the run's is collected again; one that cannot be read, or of another format version, is refused in one line
+(shards are written atomically, so only something else can have damaged one).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ class Surrogate:
     fingerprint: str
     weights: dict[int, dict[str, np.ndarray]]
     header: dict[str, Any]
+    _on_device: dict[int, dict[str, mx.array]] = field(default_factory=dict, repr=False)
 
     @property
     def digest(self) -> str:
@@ -67,7 +68,9 @@ class Surrogate:
                 f"the kvzap surrogate has no layer {layer}: calibrate again with this model "
                 f"(`{calibrate_command(self.model_type, 'M')}`)"
             )
-        return forward(self.model_type, {k: mx.array(v) for k, v in w.items()}, rows).T
+        if layer not in self._on_device:  # converted once per layer, not per chunk
+            self._on_device[layer] = {k: mx.array(v) for k, v in w.items()}
+        return forward(self.model_type, self._on_device[layer], rows).T
 
 
 def forward(model_type: str, w: dict[str, mx.array], rows: mx.array) -> mx.array:
