@@ -54,7 +54,7 @@ class TrainingSettings:
 @dataclass
 class TrainingOutcome:
     weights: list[dict[str, np.ndarray]]  # per stacked layer, [out, in] float32
-    train_loss: float  # mean squared error on the training rows, at the kept epoch
+    train_loss: float  # mean squared error over the kept epoch's minibatches
     held_out_loss: float | None
     held_out_r2: float | None  # mean over layers of 1 − SSE/SST (SST about each head's held-out mean)
     layer_r2: list[float] = field(default_factory=list)
@@ -154,13 +154,15 @@ def train(
     history = []
     for epoch in range(1, epochs + 1):
         order = rng.permutation(n_rows)
+        total = 0.0
         for start in range(0, n_rows, settings.batch_rows):
             rows = mx.array(order[start : start + settings.batch_rows])
-            _, grads = loss_and_grad(model, xs[:, rows], ys[:, rows])
+            loss, grads = loss_and_grad(model, xs[:, rows], ys[:, rows])
             grads, _ = optim.clip_grad_norm(grads, KVZAP_GRAD_CLIP)
             optimizer.update(model, grads)
-            mx.eval(model.parameters(), optimizer.state)
-        train_loss = float(_mse(model, xs, ys))
+            mx.eval(model.parameters(), optimizer.state, loss)
+            total += float(loss) * rows.size
+        train_loss = total / n_rows  # the epoch's minibatch losses (skorch's train_loss), not a second pass
         held_loss = r2 = None
         if hx is not None and hy is not None:
             pred = model(hx)
