@@ -55,6 +55,21 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"{method!r} needs no calibration: calibrate one of {', '.join(calibrated_methods())}"
         )
+    kvzap_options = (
+        args.kvzap_type,
+        args.kvzap_hidden_dim,
+        args.kvzap_epochs,
+        args.kvzap_positions,
+        args.kvzap_seed,
+    )
+    if method != "kvzap" and kvzap_options != (
+        "mlp",
+        KVZAP_HIDDEN_DIM,
+        KVZAP_EPOCHS,
+        KVZAP_POSITIONS,
+        KVZAP_SEED,
+    ):
+        raise ValueError(f"the --kvzap-* options set kvzap's training, not {method}'s: leave them out")
     items = load_prompts(args.prompts)
     session = Session.load(args.model)
     if method == "kvzap":
