@@ -69,7 +69,8 @@ def collect(session: Session, prompt_id: str, text: str, positions: int, seed: i
             continue
         scores = np.array(obs.reconstruction[scorer.reconstruction_key], np.float64)[:, keep]  # [H_kv, n]
         rows[layer] = np.array(mx.concatenate(kept[layer], axis=0))
-        targets[layer] = np.log(np.maximum(scores, KVZAP_SCORE_FLOOR)).T
+        # float32 as the shard stores them: a run that collects trains on what a resumed run reads
+        targets[layer] = np.log(np.maximum(scores, KVZAP_SCORE_FLOOR)).T.astype(np.float32)
     if not rows:
         raise ValueError("kvzap: no layer of this model is a plain attention layer KV Lens can observe")
     return kvzap_shards.Shard(prompt_id, len(ids), _settings(positions, seed), keep, rows, targets)

@@ -75,6 +75,8 @@ def test_collection_writes_a_shard_per_prompt_and_resume_skips_them(session, cal
         want = np.log(np.maximum(kvzip.layers[layer].scores[:, shard.positions], 1e-12)).T
         np.testing.assert_allclose(shard.targets[layer], want, rtol=1e-4, atol=1e-4)
     header = again.surrogate.header
+    resumed = calibrate_kvzap(session, PROMPTS, SMALL, POSITIONS)  # every shard read back: the same surrogate
+    assert resumed.collected == 0 and resumed.surrogate.digest == again.surrogate.digest
     assert header["n_prompts"] == 3 and len(header["held_out"]) == 1
     assert header["held_out_r2"] is not None and set(header["jaccard_vs_kvzip"]) == {"0.25", "0.5"}
     assert again.path == data_dir / f"kvzap-mlp-{model_fingerprint(session.info.path)[:16]}.safetensors"
