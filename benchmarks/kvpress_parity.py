@@ -34,6 +34,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "simlayerkv": {"lazy_threshold": 0.6, "n_recent": 256},
     "dms": {"threshold": 0.001},
     "kvcompose@unstructured": {"structured": 0},  # NAME@VARIANT runs NAME with these parameters
+    "dms-kvzap": {"threshold": -6.0},  # kvpress_reference.KVZAP_THRESHOLD: on the surrogate's log-score
 }
 
 

@@ -126,7 +126,61 @@ def _presses(kvpress):
         "kvgrad": (kvpress.KVgradPress, "sdpa"),
         "kvgrad?layerwise=1": (lambda: kvpress.KVgradPress(layerwise=True), "sdpa"),
         "kvgrad?chunk_size=256": (lambda: kvpress.KVgradPress(chunk_size=256), "sdpa"),
+        # presses_kvzap: KVzapPress on KV Lens's trained surrogate, alone and under DMSPress (its intended pairing)
+        "kvzap": (lambda: _kvzap_from_artifact(kvpress), "sdpa"),
+        "kvzap?model_type=1": (lambda: _kvzap_from_artifact(kvpress, "linear"), "sdpa"),
+        "dms-kvzap": (
+            lambda: kvpress.DMSPress(_kvzap_from_artifact(kvpress), threshold=KVZAP_THRESHOLD),
+            "sdpa",
+        ),
     }
+
+
+#: dms-kvzap's parity threshold on the surrogate's log-score (kvpress_parity.PARAMS gives KV Lens the same).
+KVZAP_THRESHOLD = -6.0
+
+
+def _kvzap_from_artifact(kvpress, model_type: str = "mlp"):
+    """KVzapPress given KV Lens's trained surrogate (`kvlens calibrate kvzap`, in $KVLENS_DATA_DIR) as kvpress's own
+    KVzapModel (kvpress downloads nvidia/KVzap-* for a few models): its weights are stored in nn.Linear's layout."""
+    import glob
+
+    import torch
+    from safetensors import safe_open
+
+    folder = os.environ.get("KVLENS_DATA_DIR")
+    found = sorted(glob.glob(os.path.join(folder or ".", f"kvzap-{model_type}-*.safetensors")))
+    if not folder or len(found) != 1:
+        raise SystemExit(
+            f"kvzap: set KVLENS_DATA_DIR to the folder holding one `kvlens calibrate kvzap` {model_type}"
+        )
+    with safe_open(found[0], "pt") as f:
+        header = json.loads(f.metadata()["kvlens"])
+        arrays = {k: f.get_tensor(k).float() for k in f.keys()}  # noqa: SIM118 (safe_open)
+    module = sys.modules[kvpress.KVzapPress.__module__]
+    layers = header["layers"]
+    config = module.KVzapConfig(
+        input_dim=header["input_dim"],
+        output_dim=header["output_dim"],
+        n_modules=len(layers),
+        hidden_dim=header["hidden_dim"] if model_type == "mlp" else None,
+    )
+    surrogate = module.KVzapModel(config)
+    names = {"w1": "0.weight", "b1": "0.bias", "w2": "2.weight", "b2": "2.bias", "w": "weight", "b": "bias"}
+    state = {}
+    for slot, layer in enumerate(layers):
+        for ours, theirs in names.items():
+            if f"layer{layer}.{ours}" in arrays:
+                state[f"layers.{slot}.{theirs}"] = arrays[f"layer{layer}.{ours}"]
+    surrogate.load_state_dict(state)
+    surrogate.eval()
+
+    class GivenSurrogate(kvpress.KVzapPress):
+        def post_init_from_model(self, model):
+            self.kvzap_model = surrogate
+
+    with torch.no_grad():
+        return GivenSurrogate(model_type=model_type)
 
 
 def _artifact(method: str):

@@ -202,3 +202,20 @@ DECODE_POLICY_HELP: dict[str, tuple[str, str]] = {
 #: writes H_q x step x keys of them, and one pass of an 8k context over its 16k keys with 32 query heads is 2^32
 #: (16 GiB, past 32-bit indexing); steps of at most 2^28 hold 1 GiB, and a short prompt still goes in one step.
 REREAD_SCORES = 1 << 28
+
+#: kvzap (Jegou et al. 2026, kvpress's KVzapPress and its training script): the surrogate's hidden width (mlp), the
+#: training run (AdamW with weight decay, cosine learning rate, gradient norm clipped, minibatches of rows), the
+#: positions sampled from each calibration prompt (kvpress samples 500 of 750-1250-token texts), the share of the
+#: prompts held out, and the floor under a kvzip+ score before its log is taken (the target is log(score)).
+KVZAP_HIDDEN_DIM = 512
+KVZAP_EPOCHS = 15
+KVZAP_LEARNING_RATE = 5e-3
+KVZAP_WEIGHT_DECAY = 0.01
+KVZAP_GRAD_CLIP = 1.0
+KVZAP_BATCH_ROWS = 512
+KVZAP_POSITIONS = 512
+KVZAP_SEED = 0
+KVZAP_HELD_OUT = 0.1
+KVZAP_SCORE_FLOOR = 1e-12
+#: The surrogate's and the shards' format: another version is refused (surrogate) or collected again (shards).
+KVZAP_VERSION = 1

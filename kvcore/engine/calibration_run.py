@@ -43,6 +43,8 @@ def calibrate(
     if method not in names:
         raise ValueError(f"{method!r} needs no calibration: calibrate one of {', '.join(names)}")
     cls = type(get(method))
+    if getattr(cls, "load_calibration", None) is not None:  # an artifact of another kind: its own run
+        raise ValueError(f"{method} trains its own artifact: run `kvlens calibrate {method} --prompts DIR`")
     fingerprint = calibration.model_key(session.info.path)
     path = out or calibration.artifact_path(method, fingerprint)
     if path.exists():

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,7 +179,6 @@ def _combine(
 
 def write(path: Path, artifact: Artifact) -> None:
     """Write `artifact` atomically (the folder is created)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     header = {
         "format": FORMAT,
         "version": CALIBRATION_VERSION,
@@ -199,8 +199,20 @@ def write(path: Path, artifact: Artifact) -> None:
             arrays[f"layer{i}.sum"] = mx.array(total)
     if not arrays:
         arrays["empty"] = mx.zeros((0,), mx.float32)
+    write_with_header(path, arrays, header)
+
+
+def write_with_header(path: Path, arrays: dict[str, mx.array], header: dict[str, Any]) -> None:
+    """Arrays and one JSON header (the safetensors metadata) written atomically; the folder is created."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as temp:
         mx.save_safetensors(str(temp), arrays, metadata={_HEADER: json.dumps(header)})
+
+
+def read_with_header(path: Path) -> tuple[dict[str, mx.array], dict[str, Any]]:
+    """(arrays, header) of a file `write_with_header` wrote; OSError, ValueError or KeyError when it is not one."""
+    arrays, metadata = mx.load(str(path), format="safetensors", return_metadata=True)
+    return arrays, json.loads(metadata[_HEADER])
 
 
 def read(path: Path, of: str | None = None, fingerprint: str | None = None) -> Artifact:
@@ -237,24 +249,29 @@ def _short(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:120] or type(exc).__name__
 
 
-_loaded: dict[tuple[str, int, int], Artifact] = {}
+_loaded: dict[tuple[str, int, int], Any] = {}
+
+
+def read_once(path: Path, missing: str, reader: Callable[[Path], Any]) -> Any:
+    """`reader(path)`, read once per file version (path, mtime, size); ValueError(`missing`) when there is no file."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ValueError(missing) from None
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _loaded:
+        _loaded[key] = reader(path)
+    return _loaded[key]
 
 
 def load(method: str, fingerprint: str, model: str) -> Artifact:
     """`method`'s artifact for the model with `fingerprint`; ValueError with the command that makes it when there is
     none. Read once per file version."""
-    path = artifact_path(method, fingerprint)
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise ValueError(
-            f"{method} needs a calibration of this model, and there is none: run "
-            f"`{calibrate_command(method, model)}` (a folder of sample prompts), then choose {method} again"
-        ) from None
-    key = (str(path), st.st_mtime_ns, st.st_size)
-    if key not in _loaded:
-        _loaded[key] = read(path, method, fingerprint)
-    return _loaded[key]
+    missing = (
+        f"{method} needs a calibration of this model, and there is none: run "
+        f"`{calibrate_command(method, model)}` (a folder of sample prompts), then choose {method} again"
+    )
+    return read_once(artifact_path(method, fingerprint), missing, lambda p: read(p, method, fingerprint))
 
 
 def needs_artifact(method: Any) -> bool:
@@ -281,4 +298,5 @@ def bind(method: Any, fingerprint: str, model: str) -> Any:
     name = getattr(method, "calibration", "")
     if not name:
         return method
-    return method.with_artifact(load(name, fingerprint, model))
+    own = getattr(method, "load_calibration", None)  # an artifact of another kind (kvzap's trained surrogate)
+    return method.with_artifact(own(fingerprint, model) if own else load(name, fingerprint, model))
