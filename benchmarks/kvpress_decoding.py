@@ -24,11 +24,11 @@ INTERVAL = 16
 BUDGET = 256
 #: name -> (KV Lens DecodingPolicy arguments, the kvpress press kvpress_reference.py builds)
 POLICIES: dict[str, dict[str, Any]] = {
-    "snapkv": {"method": "snapkv", "budget": BUDGET, "window": 8, "kvpress_rope": True},
-    "knorm": {"method": "knorm", "budget": BUDGET},
-    "tova": {"method": "tova", "budget": BUDGET},
-    "knorm-ratio": {"method": "knorm", "ratio": 0.25},
-    "snapkv-ratio": {"method": "snapkv", "ratio": 0.25, "window": 8, "kvpress_rope": True},
+    "snapkv": {"method": "snapkv", "budget": BUDGET, "window": 8, "kvpress_form": True},
+    "knorm": {"method": "knorm", "budget": BUDGET, "kvpress_form": True},
+    "tova": {"method": "tova", "budget": BUDGET, "kvpress_form": True},
+    "knorm-ratio": {"method": "knorm", "ratio": 0.25, "kvpress_form": True},
+    "snapkv-ratio": {"method": "snapkv", "ratio": 0.25, "window": 8, "kvpress_form": True},
     "snapkv-own-rope": {"method": "snapkv", "budget": BUDGET, "window": 8},
 }
 

@@ -80,9 +80,12 @@ class DecodingPolicy:
     #: Evict a state above the target before the first token (the bound budget + interval from the start);
     #: False checks only every `interval` tokens, as kvpress's DecodingPress (parity).
     evict_before_decoding: bool = True
-    #: Parity with kvpress's DecodingPress: its buffered window queries are all rotated at the newest position
-    #: (kvpress re-projects hidden states with the current step's RoPE); False keeps each query's own position.
-    kvpress_rope: bool = False
+    #: Parity with kvpress's DecodingPress as it runs on a CPU (snapkv, tova, knorm): its buffered window queries
+    #: are all rotated at the newest position (kvpress re-projects hidden states with the current step's RoPE),
+    #: and rows are stored and ranked in the order its topk gather leaves them (`kvcore.engine.torch_topk`: equal
+    #: scores included), which snapkv's pooling runs along. False: each query at its own position, rows by
+    #: position, ties to the earlier row.
+    kvpress_form: bool = False
     #: dms: rows older than the sliding window (`budget`) scoring below this are evicted.
     threshold: float | None = None
     #: cam: the kept rows after an evicted one that its value is merged into.
@@ -130,7 +133,11 @@ class DecodingPolicy:
     @property
     def rescores(self) -> bool:
         """Whether a `kvcore.engine.decode_scoring.Rescorer` evicts (rather than keep_rows)."""
-        return self.method in RESCORING_METHODS or self.method == H2O_ONLINE
+        return (
+            self.method in RESCORING_METHODS
+            or self.method == H2O_ONLINE
+            or (self.kvpress_form and self.method == "knorm")  # kvpress's row order decides its ties
+        )
 
     def target(self, n_seen: int) -> int:
         """Rows per kv-head after an eviction, with n_seen positions written so far."""
@@ -293,7 +300,7 @@ def decode_with_policy(
     if (policy.rescores or policy.method == "cam") and session.info.latent_rope_dim:
         raise ValueError(
             f"{policy.method} re-scores from queries and keys, which latent attention (MLA) layers do not "
-            "store per head: choose streaming_llm or knorm"
+            "store per head: choose streaming_llm or knorm (not in the kvpress form)"
         )
     cache = caches.copy_cache(state.cache)
     run = DecodingRun(policy, [], start_rows=_rows(cache), start_bytes=caches.cache_tensor_bytes(cache))
@@ -395,7 +402,7 @@ class _Evictor:
         self.merger = CacheMerger(policy.merge_budget) if policy.method == "cam" else None
         self.last_eviction = 0  # step of the last eviction (cam merges the rows evicted since)
         if policy.rescores:
-            rope_of = (lambda i: session.model.layers[i].self_attn.rope) if policy.kvpress_rope else None
+            rope_of = (lambda i: session.model.layers[i].self_attn.rope) if policy.kvpress_form else None
             self.rescorer = Rescorer(
                 policy.method,
                 session.observations(state.config.schedule),
