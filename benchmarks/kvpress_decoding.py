@@ -45,9 +45,10 @@ def write_ids(path: Path, names: list[str]) -> None:
     for name in names:
         args = POLICIES[name]
         policy = DecodingPolicy(interval=INTERVAL, evict_before_decoding=False, **args)
-        run = decode_with_policy(session, state, policy, N_TOKENS)
-        kept = {
-            str(c.step): [None if h is None else [p.tolist() for p in h] for h in c.kept]
+        run = decode_with_policy(session, state, policy, N_TOKENS, keep_scores=True)
+        kept = {str(c.step): _lists(c.kept) for c in run.compressions}
+        detail = {
+            str(c.step): {"held": _lists(c.held), "scores": _lists(c.scores), "order": _lists(c.order)}
             for c in run.compressions
         }
         out.append(
@@ -57,6 +58,7 @@ def write_ids(path: Path, names: list[str]) -> None:
                 "prompt": ids,
                 "fed": run.tokens[:-1],
                 "kept": kept,
+                "detail": detail,
                 "agreement": float(
                     np.mean([a == b for a, b in zip(run.tokens, session.dense_tokens, strict=False)])
                 ),
@@ -68,12 +70,83 @@ def write_ids(path: Path, names: list[str]) -> None:
     write_text(path, json.dumps(out))
 
 
+def _lists(layers: list[list[np.ndarray] | None] | None) -> list[list[list[float]] | None] | None:
+    return None if layers is None else [None if h is None else [p.tolist() for p in h] for h in layers]
+
+
 def _jaccard(a: set[int], b: set[int]) -> float:
     return len(a & b) / len(a | b) if a | b else 1.0
 
 
+def _always_kept(policy: dict[str, Any]) -> int:
+    """How many of the newest rows the press keeps whatever their score (kvpress pads them with one value)."""
+    return {"snapkv": int(policy.get("window", 64)), "tova": 1}.get(policy["method"], 0)
+
+
+def _why(ours: dict[str, float], theirs: dict[str, float]) -> tuple[str, float]:
+    """Why two rankings of the same rows differ: "tie" when kvpress scores two rows exactly alike and KV Lens
+    ranks them apart, "near tie" when a pair is ordered oppositely by the two sides (its gap, relative to the
+    score, is within the two frameworks' float disagreement), "unexplained" when no pair is; and the largest
+    relative gap of such a pair."""
+    positions = sorted(theirs)
+    t = np.array([theirs[p] for p in positions], np.float64)
+    o = np.array([ours[p] for p in positions], np.float64)
+    dt, do = t[:, None] - t[None, :], o[:, None] - o[None, :]
+    tied = (dt == 0) != (do == 0)
+    opposite = np.sign(dt) * np.sign(do) < 0
+    if opposite.any():
+        scale = np.maximum(np.abs(t)[:, None], np.abs(t)[None, :])
+        return "near tie", float((np.abs(dt) / np.maximum(scale, 1e-30))[opposite].max())
+    return ("tie", 0.0) if tied.any() else ("unexplained", float("nan"))
+
+
+def same_state(entry: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    """Per (compression, layer, kv-head) scored from the same state on both sides — the same rows in the same
+    stored order in this layer and every layer below it at every earlier compression (a layer's new keys and
+    window queries are computed through the layers below) —: whether both kept the same rows in the same order,
+    and where not, why (`_why`; the newest always-kept rows left out)."""
+    skip = _always_kept(entry["policy"])
+    counts = {"same_state": 0, "same_set": 0, "identical_state": 0, "tie": 0, "near tie": 0, "unexplained": 0}
+    gaps: list[float] = []
+    first = None
+    diverged: dict[int, int] = {}  # layer -> the first compression step where one of its heads kept otherwise
+    for step in sorted(entry["detail"], key=int):
+        ours, ref = entry["detail"][step], theirs.get(step)
+        if ref is None or ours["order"] is None:
+            break
+        found = []
+        for layer, heads in enumerate(ref["held"]):
+            if any(diverged.get(below, int(step)) < int(step) for below in range(layer + 1)):
+                continue
+            for head, held in enumerate(heads):
+                mine = ours["held"][layer][head]
+                if sorted(held) != mine:
+                    found.append(layer)
+                    continue
+                counts["same_state"] += 1
+                counts["same_set"] += sorted(ref["order"][layer][head]) == sorted(ours["order"][layer][head])
+                if ref["order"][layer][head] == ours["order"][layer][head]:
+                    counts["identical_state"] += 1
+                    continue
+                found.append(layer)
+                first = first or f"{step}/{layer}/{head}"
+                scored = held[: len(held) - skip]
+                theirs_scores = dict(zip(held, ref["scores"][layer][head], strict=True))
+                ours_scores = dict(zip(mine, ours["scores"][layer][head], strict=True))
+                why, gap = _why({p: ours_scores[p] for p in scored}, {p: theirs_scores[p] for p in scored})
+                counts[why] += 1
+                if why == "near tie":
+                    gaps.append(gap)
+        for layer in found:
+            diverged.setdefault(layer, int(step))
+    counts["largest_near_tie_gap"] = max(gaps, default=float("nan"))
+    counts["first_difference"] = first or "—"
+    return counts
+
+
 def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
-    reference = json.loads(path.read_text())["kept"]
+    loaded = json.loads(path.read_text())
+    reference, details = loaded["kept"], loaded.get("detail", {})
     rows = []
     for entry in json.loads(ids_path.read_text()):
         theirs_steps = reference.get(entry["name"])
@@ -98,6 +171,8 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
                 "identical": f"{int((j == 1).sum())}/{j.size}",
             }
         )
+        if entry["name"] in details and entry.get("detail"):
+            rows[-1].update(same_state(entry, details[entry["name"]]))
     return rows
 
 
@@ -111,3 +186,16 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
             f"| {r['policy']} | {r['steps']} | {r['mean_jaccard']:.4f} | {r['worst_jaccard']:.4f} | "
             f"{r['identical']} | {r['missing_steps'] or '—'} |"
         )
+    print()
+    print(
+        "| policy | (step, layer, head) from the same state | same kept set | same set and order | differing: exact "
+        "ties | near ties (largest relative gap) | unexplained | first difference (step/layer/head) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        if "same_state" in r:
+            print(
+                f"| {r['policy']} | {r['same_state']} | {r['same_set']} | {r['identical_state']} | {r['tie']} | "
+                f"{r['near tie']} "
+                f"({r['largest_near_tie_gap']:.1e}) | {r['unexplained']} | {r['first_difference']} |"
+            )

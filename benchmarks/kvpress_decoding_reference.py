@@ -48,39 +48,69 @@ def _follow(before: Any, positions: Any, after: Any, position: int, torch: Any) 
     return torch.where(found, torch.gather(positions, 1, index), torch.full_like(index, position))
 
 
+def _recording_scores(press: Any, scored: dict[int, Any]) -> None:
+    """Keep, per layer, the scores the base press gives the rows it is about to compress (in stored order)."""
+    score = press.base_press.score
+
+    def recorded(module: Any, *args: Any, **kwargs: Any) -> Any:
+        out = score(module, *args, **kwargs)
+        scored[module.layer_idx] = out[0].float().clone()
+        return out
+
+    press.base_press.score = recorded
+
+
 def run(
-    model: Any, entries: list[dict[str, Any]], kvpress: Any, torch: Any, cache_cls: Any
+    model: Any,
+    entries: list[dict[str, Any]],
+    kvpress: Any,
+    torch: Any,
+    cache_cls: Any,
+    detail: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """policy name -> {step: [layer][kv_head] kept positions} after each compression."""
+    """policy name -> {step: [layer][kv_head] kept positions} after each compression. detail (filled when given):
+    policy name -> {step: {"held": [layer][kv_head] positions before the compression in stored order, "scores":
+    the press's score of each, "order": the kept positions in stored order}}."""
     out: dict[str, Any] = {}
     n_layers = len(model.model.layers)
     for entry in entries:
         prompt, fed = entry["prompt"], entry["fed"]
         with torch.no_grad():
-            cache, kept = cache_cls(), {}
+            cache, kept, steps, scored = cache_cls(), {}, {}, {}
             press = press_for(kvpress, entry["policy"])
+            _recording_scores(press, scored)
             with press(model):
                 model(input_ids=torch.tensor([prompt]), past_key_values=cache, logits_to_keep=1)
                 rows = [_layer_keys(cache, i)[0].clone() for i in range(n_layers)]
                 positions = [torch.arange(len(prompt)).repeat(r.shape[0], 1) for r in rows]
                 for i, token in enumerate(fed):
                     position = len(prompt) + i
+                    scored.clear()
                     model(
                         input_ids=torch.tensor([[token]]),
                         past_key_values=cache,
                         position_ids=torch.tensor([[position]]),
                         logits_to_keep=1,
                     )
-                    shrank = False
+                    held = [torch.cat([p, torch.full_like(p[:, :1], position)], dim=1) for p in positions]
                     for layer in range(n_layers):
                         after = _layer_keys(cache, layer)[0].clone()
-                        shrank |= after.shape[1] <= rows[layer].shape[1]
                         positions[layer] = _follow(rows[layer], positions[layer], after, position, torch)
                         rows[layer] = after
-                    if shrank:  # compressed at this step (i + 1 tokens fed)
+                    if scored:  # compressed at this step (i + 1 tokens fed)
                         kept[str(i + 1)] = [
                             [sorted(p[h].tolist()) for h in range(p.shape[0])] for p in positions
                         ]
+                        steps[str(i + 1)] = {
+                            "held": [h.tolist() for h in held],
+                            "scores": [
+                                scored[layer].tolist() if layer in scored else None
+                                for layer in range(n_layers)
+                            ],
+                            "order": [p.tolist() for p in positions],
+                        }
         out[entry["name"]] = kept
+        if detail is not None:
+            detail[entry["name"]] = steps
         print(f"{entry['name']}: {len(kept)} compressions", flush=True)
     return out

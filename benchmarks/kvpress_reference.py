@@ -404,7 +404,9 @@ def main(argv: list[str] | None = None) -> int:
         entries = [e for e in prompts if not args.methods or e["name"] in args.methods.split(",")]
         for entry in entries:  # written after each policy: a long CPU run keeps what it finished
             result["kept"].update(
-                kvpress_decoding_reference.run(model, [entry], kvpress, torch, DynamicCache)
+                kvpress_decoding_reference.run(
+                    model, [entry], kvpress, torch, DynamicCache, result.setdefault("detail", {})
+                )
             )
             _write(args.out, result)
         return 0

@@ -223,6 +223,9 @@ class Compression:
     scores: list[list[np.ndarray] | None] | None = None
     #: cam: [layer][kv_head] the values merged at this eviction (None for a layer it left alone).
     merges: list[list[CamMerge] | None] | None = None
+    #: With keep_scores and the kvpress form: [layer][kv_head] the kept positions in the order kvpress stores them
+    #: (its topk order; parity reports compare it).
+    order: list[list[np.ndarray] | None] | None = None
 
 
 @dataclass
@@ -483,9 +486,22 @@ class _Evictor:
                 held=[_int32(p) for p in held] if detail else None,
                 scores=scores if detail else None,
                 merges=merges,
+                order=self._kvpress_orders(indices) if detail and policy.kvpress_form else None,
             )
         )
         return cache
+
+    def _kvpress_orders(self, indices: list[Any]) -> list[list[np.ndarray] | None]:
+        """Per layer and kv-head, the kept positions in kvpress's stored order (None for a layer this eviction
+        left alone)."""
+        assert self.rescorer is not None
+        order = self.rescorer.kvpress_order
+        return [
+            None
+            if rows is None or (i, 0) not in order
+            else [np.array(order[i, h], np.int32) for h in range(len(rows))]
+            for i, rows in enumerate(indices)
+        ]
 
     def seed(self, cache: list[Any]) -> None:
         """The re-scoring state before decoding, without an eviction."""
