@@ -4,7 +4,10 @@
 token, as kvpress's DecodingPress only acts on decoding steps) and writes the prompt ids, the tokens it fed and the
 positions each (layer, kv-head) kept after every compression. `kvpress_reference.py --decoding` feeds kvpress the
 same ids one token at a time under the matching press and records the same; `compare` prints per policy the mean and
-worst Jaccard index of the kept sets over every (compression step, layer, kv-head).
+worst Jaccard index of the kept sets over every (compression step, layer, kv-head) — the issue's measure, where each
+side continues from its own cache, so one difference feeds every later step and layer above — and a same-state
+table: only the compressions both sides scored from the same rows in the same stored order (in that layer and the
+layers below, at every earlier compression), each difference classified by `_why`.
 """
 
 from __future__ import annotations
@@ -174,6 +177,101 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
         if entry["name"] in details and entry.get("detail"):
             rows[-1].update(same_state(entry, details[entry["name"]]))
     return rows
+
+
+def replay(path: Path, ids_path: Path, states_path: Path) -> list[dict[str, Any]]:
+    """Same-state parity on every compression: KV Lens's kvpress form scores exactly what kvpress scored — its keys
+    in its stored order and its buffered hidden states, projected by the MLX model's own q_proj and RoPE — and
+    keeps a set and an order compared with kvpress's (differences classified by `_why`)."""
+    import mlx.core as mx
+
+    from kvcore.engine.decode_scoring import Rescorer
+    from kvcore.model.loading import load
+
+    model, _, _ = load(str(ROOT / "resources" / "models" / "kvlens-demo"))
+    states = np.load(states_path)
+    details = json.loads(path.read_text()).get("detail", {})
+    rows = []
+    for entry in json.loads(ids_path.read_text()):
+        policy, name = entry["policy"], entry["name"]
+        if not policy.get("kvpress_form") or name not in details:
+            continue
+        skip = _always_kept(policy)
+        counts = {"tie": 0, "near tie": 0, "unexplained": 0}
+        jaccards, same_order, gaps = [], 0, []
+        for step, ref in sorted(details[name].items(), key=lambda item: int(item[0])):
+            for layer, held in enumerate(ref["held"]):
+                attn = model.layers[layer].self_attn
+                keys = states[f"{name}/{step}/{layer}/keys"]  # [H_kv, n, D], kvpress's stored order
+                hidden = states[f"{name}/{step}/{layer}/hidden"]  # [buffer, hidden size]
+                rescorer = Rescorer(
+                    policy["method"], [], window=policy.get("window"), rope_of=lambda i, a=attn: a.rope
+                )
+                by_position = [np.argsort(h) for h in held]
+                positions = [np.array(h)[o] for h, o in zip(held, by_position, strict=True)]
+                stored = np.stack([k[o] for k, o in zip(keys, by_position, strict=True)])
+                for head, h in enumerate(held):
+                    rescorer.kvpress_order[layer, head] = np.array(h)
+                newest, n_buffer = int(max(held[0])), hidden.shape[0]
+                q = attn.q_proj(mx.array(hidden)[None])
+                q = q.reshape(1, n_buffer, -1, keys.shape[-1]).transpose(0, 2, 1, 3)
+                q = attn.rope(q, offset=newest - n_buffer + 1)[
+                    0
+                ]  # each at its own position, as KV Lens records
+                layer_rows = _Stored(mx.array(stored[None]))
+                target = len(ref["order"][layer][0])
+                rescorer.keep_rows(layer, layer_rows, positions, q, target, attn.scale)
+                for head, h in enumerate(held):
+                    ours, theirs = rescorer.kvpress_order[layer, head].tolist(), ref["order"][layer][head]
+                    jaccards.append(_jaccard(set(ours), set(theirs)))
+                    if ours == theirs:
+                        same_order += 1
+                        continue
+                    scored = h[: len(h) - skip]
+                    mine = dict(
+                        zip(positions[head].tolist(), rescorer.last_scores[head].tolist(), strict=True)
+                    )
+                    kvpress_scores = dict(zip(h, ref["scores"][layer][head], strict=True))
+                    why, gap = _why({p: mine[p] for p in scored}, {p: kvpress_scores[p] for p in scored})
+                    counts[why] += 1
+                    if why == "near tie":
+                        gaps.append(gap)
+        j = np.array(jaccards)
+        rows.append(
+            {
+                "policy": name,
+                "compared": j.size,
+                "mean_jaccard": float(j.mean()),
+                "worst_jaccard": float(j.min()),
+                "identical": int((j == 1).sum()),
+                "same_order": same_order,
+                **counts,
+                "largest_near_tie_gap": max(gaps, default=float("nan")),
+            }
+        )
+    return rows
+
+
+class _Stored:
+    """A plain layer holding rows [1, H_kv, n, D] (keys; values alike: no replayed method reads them)."""
+
+    def __init__(self, keys: Any) -> None:
+        self.keys = self.values = keys
+        self.offset = keys.shape[2]
+
+
+def print_replay(rows: list[dict[str, Any]]) -> None:
+    print(
+        "| policy | (step, layer, head) replayed | mean Jaccard | worst | same kept set | same set and order | "
+        "differing: exact ties | near ties (largest relative gap) | unexplained |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(
+            f"| {r['policy']} | {r['compared']} | {r['mean_jaccard']:.4f} | {r['worst_jaccard']:.4f} | "
+            f"{r['identical']} | {r['same_order']} | {r['tie']} | {r['near tie']} "
+            f"({r['largest_near_tie_gap']:.1e}) | {r['unexplained']} |"
+        )
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:

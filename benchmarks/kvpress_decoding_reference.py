@@ -48,13 +48,17 @@ def _follow(before: Any, positions: Any, after: Any, position: int, torch: Any) 
     return torch.where(found, torch.gather(positions, 1, index), torch.full_like(index, position))
 
 
-def _recording_scores(press: Any, scored: dict[int, Any]) -> None:
-    """Keep, per layer, the scores the base press gives the rows it is about to compress (in stored order)."""
+def _recording_scores(press: Any, scored: dict[int, Any], inputs: dict[int, Any] | None = None) -> None:
+    """Keep, per layer, the scores the base press gives the rows it is about to compress (in stored order); with
+    `inputs`, also what it scored them from: the keys [H_kv, n, D] in stored order and the buffered hidden states
+    [n_buffer, hidden] (NumPy, for a same-state replay in KV Lens)."""
     score = press.base_press.score
 
-    def recorded(module: Any, *args: Any, **kwargs: Any) -> Any:
-        out = score(module, *args, **kwargs)
+    def recorded(module: Any, hidden: Any, keys: Any, *args: Any, **kwargs: Any) -> Any:
+        out = score(module, hidden, keys, *args, **kwargs)
         scored[module.layer_idx] = out[0].float().clone()
+        if inputs is not None:
+            inputs[module.layer_idx] = (keys[0].float().numpy().copy(), hidden[0].float().numpy().copy())
         return out
 
     press.base_press.score = recorded
@@ -67,18 +71,20 @@ def run(
     torch: Any,
     cache_cls: Any,
     detail: dict[str, Any] | None = None,
+    states: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """policy name -> {step: [layer][kv_head] kept positions} after each compression. detail (filled when given):
     policy name -> {step: {"held": [layer][kv_head] positions before the compression in stored order, "scores":
-    the press's score of each, "order": the kept positions in stored order}}."""
+    the press's score of each, "order": the kept positions in stored order}}. states (filled when given):
+    "policy/step/layer/keys" and ".../hidden" -> what the press scored (`_recording_scores`)."""
     out: dict[str, Any] = {}
     n_layers = len(model.model.layers)
     for entry in entries:
         prompt, fed = entry["prompt"], entry["fed"]
         with torch.no_grad():
-            cache, kept, steps, scored = cache_cls(), {}, {}, {}
+            cache, kept, steps, scored, inputs = cache_cls(), {}, {}, {}, {}
             press = press_for(kvpress, entry["policy"])
-            _recording_scores(press, scored)
+            _recording_scores(press, scored, inputs if states is not None else None)
             with press(model):
                 model(input_ids=torch.tensor([prompt]), past_key_values=cache, logits_to_keep=1)
                 rows = [_layer_keys(cache, i)[0].clone() for i in range(n_layers)]
@@ -86,6 +92,7 @@ def run(
                 for i, token in enumerate(fed):
                     position = len(prompt) + i
                     scored.clear()
+                    inputs.clear()
                     model(
                         input_ids=torch.tensor([[token]]),
                         past_key_values=cache,
@@ -109,6 +116,9 @@ def run(
                             ],
                             "order": [p.tolist() for p in positions],
                         }
+                        for layer, (keys, hidden) in inputs.items() if states is not None else ():
+                            states[f"{entry['name']}/{i + 1}/{layer}/keys"] = keys
+                            states[f"{entry['name']}/{i + 1}/{layer}/hidden"] = hidden
         out[entry["name"]] = kept
         if detail is not None:
             detail[entry["name"]] = steps
