@@ -174,7 +174,7 @@ def compare(path: Path, ids_path: Path) -> list[dict[str, Any]]:
                 "identical": f"{int((j == 1).sum())}/{j.size}",
             }
         )
-        if entry["name"] in details and entry.get("detail"):
+        if entry["name"] in details and entry["policy"].get("kvpress_form"):
             rows[-1].update(same_state(entry, details[entry["name"]]))
     return rows
 
