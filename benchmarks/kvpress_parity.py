@@ -184,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="decoding-time parity (benchmarks.kvpress_decoding): comma-separated policies, or 'all'",
     )
+    p.add_argument(
+        "--replay",
+        type=Path,
+        help="with --decoding --compare: the reference's --states .npz; also score kvpress's own state at every "
+        "compression in KV Lens (same-state parity)",
+    )
     args = p.parse_args(argv)
     if args.decoding:
         from benchmarks import kvpress_decoding
@@ -193,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
             kvpress_decoding.write_ids(args.write_ids, names)
         elif args.compare:
             kvpress_decoding.print_rows(kvpress_decoding.compare(args.compare, args.ids))
+            if args.replay:
+                print()
+                kvpress_decoding.print_replay(kvpress_decoding.replay(args.compare, args.ids, args.replay))
         else:
             p.error("give --write-ids FILE or --compare FILE")
         return 0

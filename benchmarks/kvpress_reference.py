@@ -427,6 +427,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="--ids is `kvpress_parity --decoding --write-ids` output: run DecodingPress on its generated ids",
     )
+    p.add_argument(
+        "--states",
+        type=Path,
+        help="with --decoding: also write what the press scored at each compression (keys, buffered hidden states) "
+        "to this .npz, for `kvpress_parity --decoding --replay`",
+    )
     args = p.parse_args(argv)
     _stub_missing("datasets", "fire", "cachetools")
     import kvpress
@@ -460,11 +466,18 @@ def main(argv: list[str] | None = None) -> int:
             args.model, torch_dtype=torch.float32, attn_implementation="sdpa"
         ).to(device)
         entries = [e for e in prompts if not args.methods or e["name"] in args.methods.split(",")]
+        states: dict | None = {} if args.states else None
         for entry in entries:  # written after each policy: a long CPU run keeps what it finished
             result["kept"].update(
-                kvpress_decoding_reference.run(model, [entry], kvpress, torch, DynamicCache)
+                kvpress_decoding_reference.run(
+                    model, [entry], kvpress, torch, DynamicCache, result.setdefault("detail", {}), states
+                )
             )
             _write(args.out, result)
+        if states is not None:
+            import numpy as np
+
+            np.savez_compressed(args.states, **states)
         return 0
     for method in chosen:
         factory, attention = presses[method]

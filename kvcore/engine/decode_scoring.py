@@ -38,6 +38,7 @@ from kvcore.cache import sparse as caches
 from kvcore.capture.prefill import LayerObservation
 from kvcore.capture.query_stats import QueryStats, future_rotation, merge
 from kvcore.defaults import ADAKV_ALPHA, DEFAULT_QUANT, H2O_RECENT_SHARE
+from kvcore.engine.torch_topk import torch_cpu_topk
 from kvcore.methods import get
 from kvcore.methods.base import Method
 
@@ -222,13 +223,19 @@ class Rescorer:
         perms = self._kvpress_perms(index, positions) if self.rope_of is not None else None
         scores, always = self._scores(index, layer, positions, queries, scale, perms)
         self.last_scores = scores
-        orders = [_priority(s, a) for s, a in zip(scores, always, strict=True)]
         method = self.method
         assert method is not None
         same = all(np.array_equal(positions[0], p) for p in positions)
-        if method.shared_across_heads and same:
-            shared = _priority(np.mean(scores, axis=0), always[0])
-            orders = [shared] * len(orders)
+        ranked = [np.mean(scores, axis=0)] * len(scores) if method.shared_across_heads and same else scores
+        if perms is not None and not method.spreads_over_heads:
+            orders = [
+                _kvpress_priority(s, a, p, min(target, len(s)))
+                for s, a, p in zip(ranked, always, perms, strict=True)
+            ]
+            for h, o in enumerate(orders):
+                self.kvpress_order[index, h] = positions[h][o]
+            return [np.sort(o) for o in orders]
+        orders = [_priority(s, a) for s, a in zip(ranked, always, strict=True)]
         if method.spreads_over_heads:
             alpha = float(method.values().get("alpha", self.alpha))
             counts = _adakv_counts(orders, scores, always, target, alpha)
@@ -298,9 +305,9 @@ class Rescorer:
         if perms is not None:
             rows = [r[p] for r, p in zip(rows, perms, strict=True)]
         if all(len(r) == len(rows[0]) for r in rows) and all(np.array_equal(r, rows[0]) for r in rows):
-            obs = _observation(
-                keys[:, : len(rows[0])], values[:, : len(rows[0])], queries, n_kv, scale, stats
-            )
+            n = len(rows[0])  # every head's rows: the first n buffer rows, or kvpress's order of them
+            shared = mx.array(rows[0]) if perms is not None else slice(0, n)
+            obs = _observation(keys[:, shared], values[:, shared], queries, n_kv, scale, stats)
             out = np.array(method.scores(obs, 0), dtype=np.float32)
             scores = list(out)
         else:
@@ -372,6 +379,15 @@ def _trailing_run(positions: np.ndarray, n_tokens: int) -> int:
     have = positions[::-1][: len(want)]
     match = have == want[: len(have)]
     return int(len(match) if match.all() else np.argmin(match))
+
+
+def _kvpress_priority(scores: np.ndarray, always: np.ndarray, perm: np.ndarray, count: int) -> np.ndarray:
+    """The `count` content rows kvpress keeps, in the order its gather stores them: torch's CPU topk over the
+    scores in kvpress's row order (`perm`: its rows as content rows), the always-kept rows above every score and
+    equal among themselves (kvpress pads its window with one value, max + 1)."""
+    stored = scores[perm].astype(np.float32)
+    stored[np.isin(perm, always)] = np.inf
+    return perm[torch_cpu_topk(stored, count)]
 
 
 def _priority(scores: np.ndarray, always: np.ndarray) -> np.ndarray:

@@ -80,9 +80,12 @@ class DecodingPolicy:
     #: Evict a state above the target before the first token (the bound budget + interval from the start);
     #: False checks only every `interval` tokens, as kvpress's DecodingPress (parity).
     evict_before_decoding: bool = True
-    #: Parity with kvpress's DecodingPress: its buffered window queries are all rotated at the newest position
-    #: (kvpress re-projects hidden states with the current step's RoPE); False keeps each query's own position.
-    kvpress_rope: bool = False
+    #: Parity with kvpress's DecodingPress as it runs on a CPU (snapkv, tova, knorm): its buffered window queries
+    #: are all rotated at the newest position (kvpress re-projects hidden states with the current step's RoPE),
+    #: and rows are stored and ranked in the order its topk gather leaves them (`kvcore.engine.torch_topk`: equal
+    #: scores included), which snapkv's pooling runs along. False: each query at its own position, rows by
+    #: position, ties to the earlier row.
+    kvpress_form: bool = False
     #: dms: rows older than the sliding window (`budget`) scoring below this are evicted.
     threshold: float | None = None
     #: cam: the kept rows after an evicted one that its value is merged into.
@@ -130,7 +133,11 @@ class DecodingPolicy:
     @property
     def rescores(self) -> bool:
         """Whether a `kvcore.engine.decode_scoring.Rescorer` evicts (rather than keep_rows)."""
-        return self.method in RESCORING_METHODS or self.method == H2O_ONLINE
+        return (
+            self.method in RESCORING_METHODS
+            or self.method == H2O_ONLINE
+            or (self.kvpress_form and self.method == "knorm")  # kvpress's row order decides its ties
+        )
 
     def target(self, n_seen: int) -> int:
         """Rows per kv-head after an eviction, with n_seen positions written so far."""
@@ -216,6 +223,9 @@ class Compression:
     scores: list[list[np.ndarray] | None] | None = None
     #: cam: [layer][kv_head] the values merged at this eviction (None for a layer it left alone).
     merges: list[list[CamMerge] | None] | None = None
+    #: With keep_scores and the kvpress form: [layer][kv_head] the kept positions in the order kvpress stores them
+    #: (its topk order; parity reports compare it).
+    order: list[list[np.ndarray] | None] | None = None
 
 
 @dataclass
@@ -293,7 +303,7 @@ def decode_with_policy(
     if (policy.rescores or policy.method == "cam") and session.info.latent_rope_dim:
         raise ValueError(
             f"{policy.method} re-scores from queries and keys, which latent attention (MLA) layers do not "
-            "store per head: choose streaming_llm or knorm"
+            "store per head: choose streaming_llm or knorm (not in the kvpress form)"
         )
     cache = caches.copy_cache(state.cache)
     run = DecodingRun(policy, [], start_rows=_rows(cache), start_bytes=caches.cache_tensor_bytes(cache))
@@ -395,7 +405,7 @@ class _Evictor:
         self.merger = CacheMerger(policy.merge_budget) if policy.method == "cam" else None
         self.last_eviction = 0  # step of the last eviction (cam merges the rows evicted since)
         if policy.rescores:
-            rope_of = (lambda i: session.model.layers[i].self_attn.rope) if policy.kvpress_rope else None
+            rope_of = (lambda i: session.model.layers[i].self_attn.rope) if policy.kvpress_form else None
             self.rescorer = Rescorer(
                 policy.method,
                 session.observations(state.config.schedule),
@@ -476,9 +486,22 @@ class _Evictor:
                 held=[_int32(p) for p in held] if detail else None,
                 scores=scores if detail else None,
                 merges=merges,
+                order=self._kvpress_orders(indices) if detail and policy.kvpress_form else None,
             )
         )
         return cache
+
+    def _kvpress_orders(self, indices: list[Any]) -> list[list[np.ndarray] | None]:
+        """Per layer and kv-head, the kept positions in kvpress's stored order (None for a layer this eviction
+        left alone)."""
+        assert self.rescorer is not None
+        order = self.rescorer.kvpress_order
+        return [
+            None
+            if rows is None or (i, 0) not in order
+            else [np.array(order[i, h], np.int32) for h in range(len(rows))]
+            for i, rows in enumerate(indices)
+        ]
 
     def seed(self, cache: list[Any]) -> None:
         """The re-scoring state before decoding, without an eviction."""

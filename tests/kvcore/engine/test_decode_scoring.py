@@ -432,3 +432,81 @@ def test_cli_sweep_takes_decoding_axes(model_dirs, prompt_file, tmp_path, capsys
     )
     assert main([*argv[:-4], "--decode-methods", "snapkv"]) == 2
     assert "--decode-budgets go together" in capsys.readouterr().err
+
+
+def _rows_layer(keys):
+    """A plain layer holding `keys` [H_kv, T, D] (values alike): what float_rows and head_rows read."""
+    from types import SimpleNamespace
+
+    k = mx.array(keys[None].astype(np.float32))
+    return SimpleNamespace(keys=k, values=k, offset=keys.shape[1])
+
+
+def _snapkv_numpy(q, k, window, kernel=5):
+    """kvpress's snapkv over rows in the order given: [H_q, w, D] queries, [T, D] keys of one kv-head; the window
+    (last w rows) scores +inf."""
+    logits = q @ k.T
+    n = k.shape[0]
+    visible = np.arange(n)[None, :] <= np.arange(n - window, n)[:, None]
+    votes = _softmax(np.where(visible[None], logits, -np.inf))[..., : n - window].mean(axis=1)
+    padded = np.pad(votes, [(0, 0), (kernel // 2, kernel // 2)])
+    pooled = sum(padded[:, i : i + n - window] for i in range(kernel)) / kernel
+    return np.concatenate([pooled.mean(axis=0), np.full(window, np.inf)])
+
+
+def test_kvpress_form_pools_along_the_order_kvpress_gathers_rows_in():
+    """kvpress's DecodingPress keeps rows in torch.topk order (its tied window rows in torch's CPU order), and the
+    next compression's snapkv pooling runs along that stored order: the kvpress form replays both."""
+    from kvcore.engine.decode_scoring import Rescorer
+    from kvcore.engine.torch_topk import torch_cpu_topk
+
+    rng = np.random.default_rng(16)
+    window, target, d = 3, 8, 4
+    rescorer = Rescorer("snapkv", [], window=window, rope_of=lambda i: lambda x, offset=0: x)
+    keys = rng.normal(size=(1, 12, d)) * 2
+    queries = rng.normal(size=(2, window, d)) * 2
+    positions = np.arange(12)
+    rows = rescorer.keep_rows(0, _rows_layer(keys), [positions], mx.array(queries, mx.float32), target, 1.0)
+    first = torch_cpu_topk(_snapkv_numpy(queries, keys[0], window).astype(np.float32), target)
+    assert rescorer.kvpress_order[0, 0].tolist() == positions[first].tolist()
+    assert rows[0].tolist() == sorted(first.tolist())
+    assert first[:window].tolist() == [11, 9, 10]  # torch's order of the tied window rows
+
+    # 4 tokens later: KV Lens stores the kept rows by position, kvpress in its gather's order
+    held = np.concatenate([np.sort(positions[first]), np.arange(12, 16)])
+    stored = np.concatenate([keys[0][np.sort(first)], rng.normal(size=(4, d)) * 2])
+    queries = rng.normal(size=(2, window, d)) * 2
+    rows = rescorer.keep_rows(
+        0, _rows_layer(stored[None]), [held], mx.array(queries, mx.float32), target, 1.0
+    )
+    kvpress_rows = np.searchsorted(held, np.concatenate([positions[first], np.arange(12, 16)]))
+    expected = _snapkv_numpy(queries, stored[kvpress_rows], window)
+    by_position = _snapkv_numpy(queries, stored, window)
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(rescorer.last_scores[0][kvpress_rows][finite], expected[finite], rtol=1e-5)
+    assert not np.allclose(np.sort(by_position[finite]), np.sort(expected[finite]))  # the order matters
+    order = kvpress_rows[torch_cpu_topk(expected.astype(np.float32), target)]
+    assert rescorer.kvpress_order[0, 0].tolist() == held[order].tolist()
+    assert rows[0].tolist() == sorted(order.tolist())
+
+
+def test_kvpress_form_scores_shared_rows_in_their_stored_order():
+    """tova (every kv-head holds the same rows) in the kvpress form: the scores land on the right positions when
+    kvpress's row order is not the position order (its shared path once scored the first rows unpermuted)."""
+    from kvcore.engine.decode_scoring import Rescorer
+
+    rng = np.random.default_rng(5)
+    d, target = 4, 6
+    rescorer = Rescorer("tova", [], rope_of=lambda i: lambda x, offset=0: x)
+    positions = [np.arange(10)] * 2
+    keys = rng.normal(size=(2, 10, d)) * 2
+    last = rng.normal(size=(4, 1, d)) * 2
+    rescorer.keep_rows(0, _rows_layer(keys), positions, mx.array(last, mx.float32), target, 1.0)
+    order = rescorer.kvpress_order[0, 0]
+    assert not np.array_equal(order, np.sort(order))
+    held = np.concatenate([np.sort(order), [10, 11]])
+    stored = np.concatenate([keys[:, np.sort(order)], rng.normal(size=(2, 2, d)) * 2], axis=1)
+    last = rng.normal(size=(4, 1, d)) * 2
+    rescorer.keep_rows(0, _rows_layer(stored), [held, held], mx.array(last, mx.float32), target, 1.0)
+    probs = _softmax(last[:, 0][:, None] @ np.repeat(stored, 2, axis=0).transpose(0, 2, 1))[:, 0]
+    np.testing.assert_allclose(rescorer.last_scores[0][:-1], probs.mean(axis=0)[:-1], rtol=1e-5)
