@@ -90,6 +90,8 @@ def save_session(
         "prompt_text": session.tokenizer.decode(session.prompt_ids),
         "chat_template_applied": session.chat_template_applied,
         "dense_tokens": list(session.dense_tokens),
+        # informational: a continuation past the trained context (--beyond-context); opening derives it again
+        "beyond_context": session.beyond_context,
         "prefill_ms": session.prefill_ms,
         "cache_layers": layers,
         "decode_layers": decode_layers,
