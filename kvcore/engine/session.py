@@ -94,8 +94,8 @@ __all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", 
 
 #: How a refusal names the opt-in that lets a generation run past the model's trained context.
 BEYOND_CONTEXT_FIX = (
-    "or generate past it on purpose with --beyond-context (the Timeline dock: 'Beyond trained context'; RoPE "
-    "extrapolates, the quality past the trained context is yours to judge)"
+    "or generate past it on purpose with --beyond-context (RoPE extrapolates; the quality past the trained "
+    "context is yours to judge)"
 )
 
 
