@@ -4,6 +4,7 @@ one shot.
 
     python -m benchmarks.long_decode --tokens 8192 --beyond-context --methods snapkv,streaming_llm --interval 64
     python -m benchmarks.long_decode --reference 2000   # chunked against one-shot, each in its own process
+    python -m benchmarks.long_decode --timeline-job --tokens 8192 --beyond-context --methods snapkv --interval 64
 
 The first form prefills once (with the dense continuation of --tokens and its teacher-forced reference passes,
 computed once) and then decodes --tokens under each policy from that one session, side by side. The demo model's
@@ -11,6 +12,9 @@ trained context is 2,048 positions: past it only with --beyond-context (RoPE ext
 
 The second runs the teacher-forced reference pass over N tokens in a fresh process per mode (so each peak RSS is
 its own): fed in chunks of REFERENCE_CHUNK, and as one pass of all N tokens (what Session did before).
+
+The third runs the app's Timeline job (app.engine.timeline_jobs.decode_timeline: the policy with the dense cache in
+lockstep, what the Timeline dock runs on its engine thread) outside Qt, counting its progress reports.
 """
 
 from __future__ import annotations
@@ -143,6 +147,48 @@ def reference_mode(args: argparse.Namespace) -> None:
     )
 
 
+def timeline_job(args: argparse.Namespace) -> None:
+    """The Timeline dock's job at --tokens under the first of --methods, from the full prefill cache."""
+    from types import SimpleNamespace
+
+    from app.engine.timeline_jobs import decode_timeline
+
+    session = Session.load(str(DEMO))
+    session.prefill(_prompt_ids(session, args.prompt, args.prompt_tokens), n_tokens=1, chat_template=False)
+    reports: list[str] = []
+    ctx = SimpleNamespace(
+        state={"session": session},
+        progress=lambda fraction, text="": reports.append(text),
+        cancelled=lambda: False,
+    )
+    policy = {
+        "method": args.methods.split(",")[0],
+        "budget": args.budget,
+        "interval": args.interval,
+        "n_sink": 4,
+    }
+    job = decode_timeline(policy, args.tokens, None, beyond_context=args.beyond_context)
+    mx.reset_peak_memory()
+    start = time.perf_counter()
+    view = job(ctx)
+    seconds = time.perf_counter() - start
+    row = {
+        "policy": policy,
+        "tokens": view.n_generated,
+        "seconds": round(seconds, 1),
+        "tok_s": round(view.n_generated / seconds, 1),
+        "beyond_context": view.beyond_context,
+        "progress_reports": len(reports),
+        "last_report": reports[-1] if reports else "",
+        "max_cache_tokens": view.max_cache_tokens,
+        "mean_kl": round(float(np.mean(view.token_steps.kl)), 4),
+        "first_divergence": view.token_steps.first_divergence,
+        "peak_rss_mb": round(_peak_rss_mb()),
+        "mlx_peak_mib": round(mx.get_peak_memory() / 2**20),
+    }
+    print(json.dumps(row), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, default=2048)
@@ -158,8 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         "--reference", type=int, help="time the reference pass over N tokens, chunked and one-shot"
     )
     p.add_argument("--chunk", type=int, help=argparse.SUPPRESS)  # one --reference mode, in a child process
+    p.add_argument("--timeline-job", action="store_true", help="run the Timeline dock's job (no Qt)")
     args = p.parse_args(argv)
-    if args.reference is None:
+    if args.timeline_job:
+        timeline_job(args)
+    elif args.reference is None:
         long_runs(args)
     elif args.chunk is not None:
         reference_mode(args)
