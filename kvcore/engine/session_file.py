@@ -77,7 +77,7 @@ def save_session(
     for schedule in SCHEDULES:
         obs_arrays, observations[schedule] = _observation_arrays(session._observed(schedule), _OBS[schedule])
         arrays.update(obs_arrays)
-        arrays[f"reference.{schedule}"] = mx.array(session._dense_logits[schedule])
+        arrays[f"reference.{schedule}"] = mx.array(session.dense_reference(schedule))
     arrays["logits.full"] = capture.logits
     arrays.update({f"{_EXTRA}{k}": mx.array(v) for k, v in (extra_arrays or {}).items()})
     arrays["logits.before"] = capture.before_last.logits

@@ -61,15 +61,22 @@ def test_reference_pass_in_chunks_equals_one_shot(session, config):
     )  # one forward pass a chunk, into one cache copy
     assert chunked.shape == one_shot.shape == (N, session.info.vocab_size)
     np.testing.assert_allclose(chunked, one_shot, atol=2e-5, rtol=1e-4)
-    if config.method == "full":  # the stored dense reference is this pass
-        np.testing.assert_allclose(session._dense_logits[config.schedule], one_shot, atol=2e-5, rtol=1e-4)
+    if config.method == "full":  # the dense reference is this pass
+        np.testing.assert_allclose(session.dense_reference(config.schedule), one_shot, atol=2e-5, rtol=1e-4)
 
 
 def test_the_dense_reference_is_computed_once_and_reused_by_every_setting(session, model_dirs):
     fresh = Session.load(str(model_dirs["llama"]))
     fresh.prefill(PROMPT, n_tokens=4, chat_template=False)
-    assert fresh.reference_passes == len(SCHEDULES)  # one teacher-forced pass per schedule, at the prefill
-    passes, refs, dense = session.reference_passes, dict(session._dense_logits), session.dense_tokens
+    assert fresh.reference_passes == 0  # a schedule's pass waits until something is measured under it
+    for _ in range(2):
+        fresh.regenerate(fresh.compress(CompressionConfig("snapkv", 0.5)))
+    assert fresh.reference_passes == 1  # "paper": once
+    fresh.extend(2)
+    fresh.regenerate(fresh.compress(CompressionConfig("snapkv", 0.5, schedule="mlx-lm")))
+    assert fresh.reference_passes == 2 and len(fresh.dense_reference("mlx-lm")) == 6
+    refs = {s: session.dense_reference(s) for s in SCHEDULES}
+    passes, dense = session.reference_passes, session.dense_tokens
     configs = [CompressionConfig("snapkv", 0.5), CompressionConfig("knorm", 0.25, schedule="mlx-lm")]
     assert len(list(run_sweep(session, configs))) == 2
     policies = decode_grid(["streaming_llm", "snapkv"], [8, 12], interval=4, n_sink=2)
