@@ -137,3 +137,17 @@ def test_cli_decode_sweep_csv_records_beyond_context(small, tmp_path, capsys):
     with out.open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 1 and rows[0]["beyond_context"] == "1"  # write_csv writes booleans as 0/1
+
+
+def test_cli_sweep_csv_records_beyond_context(small, tmp_path, capsys):
+    folder, prompt = small
+    out = tmp_path / "s.csv"
+    argv = ["sweep", "--model", str(folder), "--prompt-file", str(prompt), "--tokens", "6"]
+    argv += ["--methods", "snapkv", "--ratios", "0.5", "--bits", "16", "--csv", str(out)]
+    assert main([*argv, "--beyond-context"]) == 0
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(r["beyond_context"] == "1" for r in rows)
+    assert main([*argv, "--tokens", "2"]) == 0  # inside the context: the usual columns
+    with out.open() as f:
+        assert "beyond_context" not in next(csv.reader(f))
