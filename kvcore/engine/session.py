@@ -663,19 +663,23 @@ class Session:
         each chunk's logits are float32 NumPy before the next runs.
         """
         capture = self._require_prefill()
-        if schedule == "paper":
-            rows = [np.array(capture.logits.astype(mx.float32))[None]]
-            feed = list(tokens[:-1])
-        else:
-            rows, feed = [], [self.prompt_ids[-1], *tokens[:-1]]
         if chunk < 1:
             raise ValueError(f"reference chunk must be at least 1 token, got {chunk}")
+        # rows filled in place: a list of chunks joined at the end would hold the n × V logits twice
+        out = np.empty((len(tokens), capture.logits.shape[-1]), np.float32)
+        if schedule == "paper":
+            out[:1] = np.array(capture.logits.astype(mx.float32))
+            feed = list(tokens[:-1])
+        else:
+            feed = [self.prompt_ids[-1], *tokens[:-1]]
+        start = len(out) - len(feed)
         branch = caches.copy_cache(cache) if feed else []
         for lo in range(0, len(feed), chunk):
             logits = self.model(mx.array([feed[lo : lo + chunk]]), cache=branch)
             self.forward_calls += 1
-            rows.append(np.array(logits[0].astype(mx.float32)))
-        return np.concatenate(rows, axis=0)
+            rows = np.array(logits[0].astype(mx.float32))
+            out[start + lo : start + lo + len(rows)] = rows
+        return out
 
     # -- compression ------------------------------------------------------------------------------------------
     def ranking(self, config: CompressionConfig) -> Ranking:
