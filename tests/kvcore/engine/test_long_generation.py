@@ -151,3 +151,12 @@ def test_cli_sweep_csv_records_beyond_context(small, tmp_path, capsys):
     assert main([*argv, "--tokens", "2"]) == 0  # inside the context: the usual columns
     with out.open() as f:
         assert "beyond_context" not in next(csv.reader(f))
+
+
+def test_prompt_sets_refuse_beyond_context_before_the_model_loads(tmp_path, capsys):
+    prompts = tmp_path / "set.jsonl"
+    prompts.write_text(json.dumps({"prompt": PROMPT}) + "\n")
+    argv = ["sweep", "--model", str(tmp_path / "no-model"), "--prompts", str(prompts), "--beyond-context"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--beyond-context applies to one prompt" in err and err.count("\n") == 1
