@@ -88,6 +88,9 @@ DEFAULT_CONFIG: dict[str, object] = {
 }
 #: Tokens of the dense greedy continuation a prefill computes (GUI and CLI).
 DEFAULT_CONTINUATION_TOKENS = 32
+#: Tokens a teacher-forced reference pass feeds at once (Session._reference_logits): its attention scores are
+#: chunk x (T + n) per query head instead of n x (T + n), so an 8k-token continuation stays within bounded memory.
+REFERENCE_CHUNK = 512
 #: Tokens appended between two evictions of a decoding policy (kvcore.engine.decoding).
 DEFAULT_DECODE_INTERVAL = 16
 

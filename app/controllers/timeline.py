@@ -79,7 +79,9 @@ class TimelineController:
         p.set_summary(f"Decoding {p.tokens():,} tokens…")
         self.request_id = w.engine.submit(
             DECODE,
-            decode_timeline(policy, p.tokens(), prefill, config["schedule"]),
+            decode_timeline(
+                policy, p.tokens(), prefill, config["schedule"], beyond_context=p.beyond_context()
+            ),
             on_result=self.on_finished,
             on_failure=self.on_failed,
         )

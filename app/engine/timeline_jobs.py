@@ -87,6 +87,8 @@ class TimelineView:
     seconds: float = 0.0
     cancelled: bool = False
     merges: CamMerges | None = None  # cam: where each evicted value went; None for the other policies
+    #: Generated past the model's trained context (max_position_embeddings), as the run controls allowed.
+    beyond_context: bool = False
 
     @property
     def n_columns(self) -> int:
@@ -108,10 +110,11 @@ def decode_timeline(
     prefill_config: dict[str, Any] | None,
     schedule: str = DEFAULT_SCHEDULE,
     progress_label: str = "Decoding",
+    beyond_context: bool = False,
 ) -> Job:
     """Decode n tokens under `policy` (DecodingPolicy's fields) from the prefill compressed with `prefill_config`
     (None: the full cache under `schedule`); returns a TimelineView (cut short, `cancelled`, when the user
-    cancelled)."""
+    cancelled). Prompt + n past the model's trained context is refused unless `beyond_context`."""
 
     def job(ctx: JobContext) -> TimelineView | None:
         session = ctx.state.get("session")
@@ -124,10 +127,12 @@ def decode_timeline(
             else CompressionConfig("full", 1.0, schedule=schedule)
         )
         ctx_len = session.info.max_context
-        if ctx_len is not None and len(session.prompt_ids) + n > ctx_len:
+        beyond = ctx_len is not None and len(session.prompt_ids) + n > ctx_len
+        if beyond and not beyond_context:
             raise ValueError(
                 f"the prompt has {len(session.prompt_ids)} tokens and {n} more would pass the model's context of "
-                f"{ctx_len}: generate at most {max(ctx_len - len(session.prompt_ids), 0)} tokens"
+                f"{ctx_len}: generate at most {max(ctx_len - len(session.prompt_ids), 0)} tokens, or tick "
+                "'Beyond trained context' (RoPE extrapolates; the quality past it is yours to judge)"
             )
         state = session.compress(cfg)
         start, last = time.perf_counter(), [0.0]
@@ -171,6 +176,7 @@ def decode_timeline(
             seconds=time.perf_counter() - start,
             cancelled=out.cancelled,
             merges=cam_merges(run.compressions),
+            beyond_context=ctx_len is not None and len(ids) > ctx_len,
         )
 
     return job

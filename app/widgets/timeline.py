@@ -152,6 +152,11 @@ class TimelinePanel(QWidget):
         self.prefillCheck.setToolTip(
             "Start from the cache the Compression panel made (checked) or from the full prefill cache"
         )
+        self.beyondCheck = QCheckBox("Beyond trained context", objectName="timelineBeyondCheck")
+        self.beyondCheck.setToolTip(
+            "Let prompt + tokens pass the model's trained context (max_position_embeddings): RoPE extrapolates, "
+            "the quality past it is yours to judge"
+        )
         self.runButton = QPushButton("Decode", objectName="timelineRunButton")
         self.runButton.setToolTip("Generate the tokens under the policy and draw its timeline")
         self.cancelButton = QPushButton("Cancel", objectName="timelineCancelButton")
@@ -271,6 +276,7 @@ class TimelinePanel(QWidget):
         side.setContentsMargins(0, 0, 0, 0)
         side.addLayout(form)
         side.addWidget(self.prefillCheck)
+        side.addWidget(self.beyondCheck)
         side.addLayout(buttons)
         side.addWidget(self.progressBar)
         side.addSpacing(6)
@@ -338,6 +344,10 @@ class TimelinePanel(QWidget):
 
     def from_prefill_compression(self) -> bool:
         return self.prefillCheck.isChecked()
+
+    def beyond_context(self) -> bool:
+        """Whether a run may pass the model's trained context."""
+        return self.beyondCheck.isChecked()
 
     def set_running(self, running: bool) -> None:
         self.runButton.setEnabled(not running)
@@ -708,6 +718,7 @@ def summary_text(view: TimelineView) -> str:
         agree = f" · top-1 agreement {100 * agreement:.0f} % · mean KL {float(np.mean(steps.kl)):.3g}"
     first = "never diverges from dense" if div is None else f"first diverges at generated token {div}"
     cut = " · cancelled: the tokens generated so far are kept" if view.cancelled else ""
+    cut += " · past the trained context" if view.beyond_context else ""
     return (
         f"{policy_text(view.policy)} after {start}: {n_gen:,} tokens in {view.seconds:.1f} s ({rate:,.0f} tok/s, "
         f"with the dense cache beside it) · {len(view.compression_steps)} evictions · at most "

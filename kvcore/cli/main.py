@@ -135,6 +135,13 @@ def _parser() -> argparse.ArgumentParser:
             default=DEFAULT_CONTINUATION_TOKENS,
             help=f"tokens to generate (default {DEFAULT_CONTINUATION_TOKENS})",
         )
+        s.add_argument(
+            "--beyond-context",
+            action="store_true",
+            help="let prompt + --tokens run past the model's trained context (max_position_embeddings), e.g. "
+            "--tokens 8192 on the demo model (2,048): RoPE extrapolates, the quality past it is yours to judge; "
+            "--json and the CSVs record beyond_context",
+        )
         s.add_argument("--csv", type=Path, help="per-(layer, kv-head) statistics")
         if name == "compress":
             s.add_argument("--method", default=DEFAULT_METHOD)
@@ -692,6 +699,10 @@ def _prompt_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int
         )
     if getattr(args, "tokens", 1) < 1:
         raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
+    if getattr(args, "beyond_context", False):
+        raise UsageError(
+            "--beyond-context applies to one prompt (--prompt, --prompt-file): drop it with --prompts"
+        )
     configs = _configs(args)
 
     def check(session: Any, rank: int) -> None:
@@ -766,7 +777,12 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
         _prefill_chat_context(args, session, prompt)
     else:
         session.prefill(
-            prompt, n_tokens=args.tokens, chat_template=args.chat_template, system_prompt=args.system_prompt
+            prompt,
+            n_tokens=args.tokens,
+            chat_template=args.chat_template,
+            system_prompt=args.system_prompt,
+            beyond_context=args.beyond_context,
+            on_continuation=_continuation_progress(args.tokens, "dense continuation"),
         )
     if args.command == "compress":
         return _compress(args, session, configs[0], questions)
@@ -779,8 +795,29 @@ def _prefill_chat_context(args: argparse.Namespace, session: Any, context: str) 
     from kvcore.model.prompting import split_chat
 
     head, args.question_suffix = split_chat(session.tokenizer, context, args.system_prompt)
-    session.prefill(session.tokenizer.encode(head, add_special_tokens=False), n_tokens=args.tokens)
+    session.prefill(
+        session.tokenizer.encode(head, add_special_tokens=False),
+        n_tokens=args.tokens,
+        beyond_context=args.beyond_context,
+    )
     session.chat_template_applied = True
+
+
+#: A dense continuation at least this long draws its progress (on a terminal): thousands of tokens take minutes.
+_LONG_CONTINUATION = 256
+
+
+def _continuation_progress(n: int, label: str) -> Any:
+    """A progress drawer labelled `label` for a continuation of n tokens, or None (short, or not a terminal)."""
+    if n < _LONG_CONTINUATION or not sys.stderr.isatty():
+        return None
+
+    def progress(done: int, total: int) -> None:
+        draw_progress(done, total, label)
+        if done == total:
+            end_progress()
+
+    return progress
 
 
 def _check_plot(path: Path, plot_writer: PlotWriter | None) -> None:
@@ -811,8 +848,11 @@ def _sweep(args: argparse.Namespace, session: Any, configs: list, plot_writer: P
     )
     end_progress()
     rows = [row for p in points for row in p.csv_rows()]
+    columns = SWEEP_COLUMNS
+    if session.beyond_context:  # --beyond-context used: every row says its continuation passed the context
+        rows, columns = [{**r, "beyond_context": True} for r in rows], (*SWEEP_COLUMNS, "beyond_context")
     if args.csv is not None:
-        write_csv(args.csv, rows, SWEEP_COLUMNS)
+        write_csv(args.csv, rows, columns)
     if args.plot is not None and plot_writer is not None:
         plot_writer(points, args.plot, args.metric)
     written = [str(p) for p in (args.csv, args.plot) if p is not None]
@@ -852,8 +892,15 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
     state = session.compress(cfg)
     if state.budget_note:
         print(f"kvlens: note: {state.budget_note}", file=sys.stderr)
-    regen = session.regenerate(state)
-    summary = {**summary_row(regen.metrics), "budget_note": state.budget_note}
+    regen = session.regenerate(
+        state, on_progress=_continuation_progress(args.tokens, f"{cfg.method} {cfg.ratio:g} continuation")
+    )
+    summary = {
+        **summary_row(regen.metrics),
+        "budget_note": state.budget_note,
+        "beyond_context": session.beyond_context,
+        "trained_context": session.info.max_context,
+    }
     if questions and args.query_aware:
         from kvcore.engine.questions import answer_query_aware
 

@@ -53,6 +53,7 @@ from kvcore.defaults import (
     DEFAULT_SEED,
     DEFAULT_VALUE_BITS,
     DEFAULT_WINDOW,
+    REFERENCE_CHUNK,
     SCHEDULES,
     UNQUANTIZED_BITS,
     bits_or_none,
@@ -89,7 +90,33 @@ _BOUND = ("window", "n_sink", "kernel", "seed")
 #: The bound parameters with a CSV column of their own (the rest go in "method_params").
 _COLUMNS = ("window", "n_sink", "kernel")
 
-__all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", "Session"]
+__all__ = ["Cancelled", "CompressedState", "CompressionConfig", "Regeneration", "Session", "context_refusal"]
+
+#: How a refusal names the opt-in that lets a generation run past the model's trained context.
+BEYOND_CONTEXT_FIX = (
+    "or generate past it on purpose with --beyond-context (RoPE extrapolates; the quality past the trained "
+    "context is yours to judge)"
+)
+
+
+def context_refusal(
+    n_prompt: int, n_tokens: int, ctx: int | None, beyond_context: bool = False
+) -> str | None:
+    """Why `n_prompt` prompt tokens plus `n_tokens` generated ones do not fit the model's trained context `ctx`
+    (max_position_embeddings), naming both fixes; None when they fit, when `ctx` is unknown, or when
+    `beyond_context` opts in to positions the model was never trained on."""
+    if ctx is None or beyond_context or n_prompt + n_tokens <= ctx:
+        return None
+    room = ctx - n_prompt
+    fit = (
+        f"generate at most {room} tokens or shorten the prompt by {n_prompt + n_tokens - ctx}"
+        if room > 0
+        else f"shorten the prompt by {n_prompt + n_tokens - ctx} tokens"
+    )
+    return (
+        f"prompt has {n_prompt} tokens and {n_tokens} more are to be generated, but the model's context is {ctx} "
+        f"(max_position_embeddings): {fit}, {BEYOND_CONTEXT_FIX}"
+    )
 
 
 @dataclass(frozen=True)
@@ -369,6 +396,9 @@ class Session:
         self.model, self.tokenizer, self.info = model, tokenizer, info
         self._thread = threading.get_ident()
         self.forward_calls = 0
+        #: Teacher-forced passes over the dense continuation (`dense_reference`: at most one per schedule and
+        #: continuation): what every setting is measured against, computed once and reused (tests count it).
+        self.reference_passes = 0
         self._capture: CaptureResult | None = None
         self._rankings: dict[tuple[Method, str], Ranking] = {}
         self._window_attention: dict[tuple[str, int], list[np.ndarray | None]] = {}
@@ -457,22 +487,24 @@ class Session:
         should_cancel: CancelCheck = None,
         chat_template: bool = True,
         system_prompt: str | None = None,
+        beyond_context: bool = False,
+        on_continuation: Progress = None,
     ) -> dict[str, Any]:
         """Prefill with capture, then compute the dense greedy continuation of `n_tokens` (the baseline).
 
         A text prompt goes through the tokenizer's chat template when it has one and `chat_template` is on, as
-        `mlx_lm.generate` does. On any error (bad prompt, cancel) the previous prefill stays as it was.
+        `mlx_lm.generate` does. Prompt plus tokens past the model's trained context are refused unless
+        `beyond_context` (the positions beyond it were never trained: RoPE extrapolates; `self.beyond_context`
+        then says so). `on_continuation(done, n)` follows the dense continuation. On any error (bad prompt,
+        cancel) the previous prefill stays as it was.
         """
         self._check_thread()
         ids, applied = self._encode(prompt, chat_template, system_prompt)
         if n_tokens < 1:
             raise ValueError(f"tokens to generate must be at least 1, got {n_tokens}")
-        ctx = self.info.max_context
-        if ctx is not None and len(ids) + n_tokens > ctx:
-            raise ValueError(
-                f"prompt has {len(ids)} tokens and {n_tokens} more are to be generated, but the model's context "
-                f"is {ctx} (max_position_embeddings): shorten the prompt by {len(ids) + n_tokens - ctx} tokens"
-            )
+        refusal = context_refusal(len(ids), n_tokens, self.info.max_context, beyond_context)
+        if refusal is not None:
+            raise ValueError(refusal)
         start = time.perf_counter()
         capture = prefill_with_capture(
             self.model,
@@ -490,7 +522,7 @@ class Session:
         self.dense_tokens, self._dense_logits, self._dense_decode_cache, self._packed = [], {}, None, None
         self.chat_template_applied = applied
         try:
-            self.extend(n_tokens, should_cancel=should_cancel)
+            self.extend(n_tokens, should_cancel=should_cancel, on_progress=on_continuation)
         except BaseException:
             for name, value in old.items():
                 setattr(self, name, value)
@@ -501,7 +533,20 @@ class Session:
             "prefill_ms": prefill_ms,
             "skipped_layers": dict(capture.skipped),
             "chat_template": applied,
+            "beyond_context": self.beyond_context,
         }
+
+    @property
+    def positions_used(self) -> int:
+        """Positions the prefill and its dense continuation occupy (prompt + generated tokens)."""
+        return len(self.prompt_ids) + len(self.dense_tokens)
+
+    @property
+    def beyond_context(self) -> bool:
+        """Whether the dense continuation runs past the model's trained context (max_position_embeddings): only
+        a prefill that opted in (`beyond_context=True`) gets there; the JSON and CSV outputs record it."""
+        ctx = self.info.max_context
+        return ctx is not None and self.positions_used > ctx
 
     def restore_prefill(
         self,
@@ -539,11 +584,13 @@ class Session:
         self._window_attention[key] = [None if a is None else np.array(a) for a in out]
         return self._window_attention[key]
 
-    def extend(self, n: int, should_cancel: CancelCheck = None) -> list[int]:
-        """Continue the dense greedy continuation by `n` tokens and refresh both schedules' reference logits.
+    def extend(self, n: int, should_cancel: CancelCheck = None, on_progress: Progress = None) -> list[int]:
+        """Continue the dense greedy continuation by `n` tokens; each schedule's reference logits are computed
+        again when next asked for (`dense_reference`).
 
         The dense continuation is the same under both schedules: its first token is the prefill's prediction at
         the last prompt position (bit-identical to mlx-lm's `generate_step`, which steps that token alone).
+        `on_progress(done, n)` follows the greedy decode.
         """
         self._check_thread()
         capture = self._require_prefill()
@@ -552,22 +599,32 @@ class Session:
         if self._dense_decode_cache is None:
             cache = caches.copy_cache(capture.cache)
             first = int(mx.argmax(capture.logits).item())
-            new = [first, *self._greedy(cache, first, n - 1, should_cancel)]
+            step = None if on_progress is None else (lambda done, _: on_progress(done + 1, n))
+            new = [first, *self._greedy(cache, first, n - 1, should_cancel, step)]
         else:
             cache = caches.copy_cache(self._dense_decode_cache)
-            new = self._greedy(cache, self.dense_tokens[-1], n, should_cancel)
+            new = self._greedy(cache, self.dense_tokens[-1], n, should_cancel, on_progress)
         tokens = [*self.dense_tokens, *new]
-        references = {}
-        for schedule in SCHEDULES:  # one teacher-forced pass each: a cancel between them changes nothing
-            if should_cancel is not None and should_cancel():
-                raise Cancelled(f"reference logits cancelled before the {schedule!r} schedule's pass")
-            references[schedule] = self._reference_logits(self._observed(schedule).cache, schedule, tokens)
-        self._dense_decode_cache, self.dense_tokens, self._dense_logits = cache, tokens, references
+        self._dense_decode_cache, self.dense_tokens, self._dense_logits = cache, tokens, {}
         return new
 
+    def dense_reference(self, schedule: str) -> np.ndarray:
+        """Logits [n, V] of the dense continuation teacher-forced under `schedule`, what every compressed state
+        of that schedule is measured against: one chunked pass the first time the schedule asks, then kept
+        until the continuation changes. Lazily, so a run under one schedule never pays (in time, or n × V
+        float32 of memory: 268 MB at 8k tokens of the demo's vocabulary) for the other's."""
+        if schedule not in self._dense_logits:
+            cache = self._observed(schedule).cache
+            self._dense_logits[schedule] = self._reference_logits(cache, schedule, self.dense_tokens)
+            self.reference_passes += 1
+        return self._dense_logits[schedule]
+
     # -- decoding ---------------------------------------------------------------------------------------------
-    def _greedy(self, cache: list[Any], first: int, n: int, should_cancel: CancelCheck) -> list[int]:
-        """Greedy decode of n tokens starting by feeding `first`; mutates `cache`.
+    def _greedy(
+        self, cache: list[Any], first: int, n: int, should_cancel: CancelCheck, on_progress: Progress = None
+    ) -> list[int]:
+        """Greedy decode of n tokens starting by feeding `first`; mutates `cache`; `on_progress(done, n)` after
+        each token read back.
 
         Pipelined as mlx-lm's `generate_step`: the next step is built and queued (`mx.async_eval`) before the
         current token is read back, so the host builds step i+1 while the device runs step i.
@@ -587,29 +644,42 @@ class Session:
         for i in range(n):
             following = step(y) if i + 1 < n else None
             tokens.append(int(y.item()))
+            if on_progress is not None:
+                on_progress(len(tokens), n)
             if following is not None and should_cancel is not None and should_cancel():
                 raise Cancelled(f"generation cancelled after {len(tokens)} of {n} tokens")
             y = following
         return tokens
 
-    def _reference_logits(self, cache: list[Any], schedule: str, tokens: Sequence[int]) -> np.ndarray:
+    def _reference_logits(
+        self, cache: list[Any], schedule: str, tokens: Sequence[int], chunk: int = REFERENCE_CHUNK
+    ) -> np.ndarray:
         """Logits [n, V] predicting each of `tokens` (the dense continuation) from `cache` under `schedule`.
 
-        "mlx-lm": one multi-token pass feeding the last prompt token and tokens[:-1] to a copy of the cache of
+        "mlx-lm": a teacher-forced pass feeding the last prompt token and tokens[:-1] to a copy of the cache of
         T − 1 positions. "paper": the cache holds the whole prompt, so the first row is the dense prefill's own
-        prediction and the pass feeds tokens[:-1].
+        prediction and the pass feeds tokens[:-1]. The feed goes in `chunk` tokens at a time into that one copy
+        (as a prefill does), so attention holds chunk × (T + n) scores per query head, never n × (T + n), and
+        each chunk's logits are float32 NumPy before the next runs.
         """
         capture = self._require_prefill()
+        if chunk < 1:
+            raise ValueError(f"reference chunk must be at least 1 token, got {chunk}")
+        # rows filled in place: a list of chunks joined at the end would hold the n × V logits twice
+        out = np.empty((len(tokens), capture.logits.shape[-1]), np.float32)
         if schedule == "paper":
-            rows = [np.array(capture.logits.astype(mx.float32))[None]]
+            out[:1] = np.array(capture.logits.astype(mx.float32))
             feed = list(tokens[:-1])
         else:
-            rows, feed = [], [self.prompt_ids[-1], *tokens[:-1]]
-        if feed:
-            logits = self.model(mx.array([feed]), cache=caches.copy_cache(cache))
+            feed = [self.prompt_ids[-1], *tokens[:-1]]
+        start = len(out) - len(feed)
+        branch = caches.copy_cache(cache) if feed else []
+        for lo in range(0, len(feed), chunk):
+            logits = self.model(mx.array([feed[lo : lo + chunk]]), cache=branch)
             self.forward_calls += 1
-            rows.append(np.array(logits[0].astype(mx.float32)))
-        return np.concatenate(rows, axis=0)
+            rows = np.array(logits[0].astype(mx.float32))
+            out[start + lo : start + lo + len(rows)] = rows
+        return out
 
     # -- compression ------------------------------------------------------------------------------------------
     def ranking(self, config: CompressionConfig) -> Ranking:
@@ -848,13 +918,18 @@ class Session:
         return rows
 
     def regenerate(
-        self, state: CompressedState, n: int | None = None, should_cancel: CancelCheck = None
+        self,
+        state: CompressedState,
+        n: int | None = None,
+        should_cancel: CancelCheck = None,
+        on_progress: Progress = None,
     ) -> Regeneration:
         """Teacher-forced metrics on the dense continuation and a free-running greedy continuation.
 
         Under "paper" the first generated token comes from the dense prefill and cannot differ, so the summary
         metrics cover tokens `first_compressed_step` … n − 1 (`compared_tokens` of them); `kl_per_step` and
         `steps` (KL, top-1 agreement and both caches' top-5 per token) have all n steps (KL 0 for the dense one).
+        `on_progress(done, n)` follows the free-running continuation.
         """
         self._check_thread()
         self._require_prefill()
@@ -864,14 +939,14 @@ class Session:
         tokens = self.dense_tokens[:n]
         comp_logits = self._reference_logits(state.cache, schedule, tokens)
         skip = min(self.first_compressed_step(schedule), n)
-        dense = self._dense_logits[schedule]
+        dense = self.dense_reference(schedule)
         # The metrics (NumPy, which releases the GIL) run on a worker while the device decodes the continuation:
         # over a 128k vocabulary they cost about as much as the 32 decode steps (H200: 270 ms against 290 ms).
         with ThreadPoolExecutor(max_workers=1) as pool:
             scored = pool.submit(
                 self._compare, schedule, dense, comp_logits, np.array(tokens, np.int64), skip
             )
-            free = self.continuation(state, n, should_cancel)
+            free = self.continuation(state, n, should_cancel, on_progress)
             m, steps = scored.result()
         m["kl_per_step"] = steps.kl.tolist()  # the dense first step of "paper" compares equal logits: KL 0
         m["first_divergence"] = metrics.first_divergence(tokens, free)
@@ -902,7 +977,9 @@ class Session:
             self._dense_reference[schedule] = cached
         return metrics.compare(cached[1], comp_logits, targets, skip)
 
-    def continuation(self, state: CompressedState, n: int, should_cancel: CancelCheck = None) -> list[int]:
+    def continuation(
+        self, state: CompressedState, n: int, should_cancel: CancelCheck = None, on_progress: Progress = None
+    ) -> list[int]:
         """The free-running greedy continuation of n tokens from a compressed state (the state is not changed).
 
         Under "paper" the first token is the dense prefill's (the papers take it from there); under "mlx-lm" the
@@ -915,8 +992,9 @@ class Session:
         branch = caches.copy_cache(state.cache)
         if state.config.schedule == "paper":
             first = self.dense_tokens[0]
-            return [first, *self._greedy(branch, first, n - 1, should_cancel)]
-        return self._greedy(branch, self.prompt_ids[-1], n, should_cancel)
+            step = None if on_progress is None else (lambda done, _: on_progress(done + 1, n))
+            return [first, *self._greedy(branch, first, n - 1, should_cancel, step)]
+        return self._greedy(branch, self.prompt_ids[-1], n, should_cancel, on_progress)
 
     def answer(
         self,

@@ -77,7 +77,7 @@ def save_session(
     for schedule in SCHEDULES:
         obs_arrays, observations[schedule] = _observation_arrays(session._observed(schedule), _OBS[schedule])
         arrays.update(obs_arrays)
-        arrays[f"reference.{schedule}"] = mx.array(session._dense_logits[schedule])
+        arrays[f"reference.{schedule}"] = mx.array(session.dense_reference(schedule))
     arrays["logits.full"] = capture.logits
     arrays.update({f"{_EXTRA}{k}": mx.array(v) for k, v in (extra_arrays or {}).items()})
     arrays["logits.before"] = capture.before_last.logits
@@ -90,6 +90,8 @@ def save_session(
         "prompt_text": session.tokenizer.decode(session.prompt_ids),
         "chat_template_applied": session.chat_template_applied,
         "dense_tokens": list(session.dense_tokens),
+        # informational: a continuation past the trained context (--beyond-context); opening derives it again
+        "beyond_context": session.beyond_context,
         "prefill_ms": session.prefill_ms,
         "cache_layers": layers,
         "decode_layers": decode_layers,

@@ -230,6 +230,7 @@ DECODE_SWEEP_COLUMNS: tuple[str, ...] = (
     "key_bits",
     "value_bits",
     *DECODE_COLUMNS,
+    "beyond_context",
     "seconds",
 )
 
@@ -291,7 +292,8 @@ def run_decode_sweep(
                 return
             index = c * len(policies) + p
             seconds = time.perf_counter() - start + (compress_seconds if p == 0 else 0.0)
-            point = DecodeSweepPoint(index, cfg, policy, decode_summary(session, run), seconds)
+            summary = {**decode_summary(session, run), "beyond_context": session.beyond_context}
+            point = DecodeSweepPoint(index, cfg, policy, summary, seconds)
             if on_progress is not None:
                 on_progress(index + 1, total, point)
             yield point

@@ -44,14 +44,21 @@ def teacher_forced(dense_logits: np.ndarray, comp_logits: np.ndarray, targets: n
 def _summary(
     lp_d: np.ndarray, p_d: np.ndarray, lp_c: np.ndarray, comp_logits: np.ndarray, targets: np.ndarray
 ):
-    if len(targets) == 0:
-        return {"agreement": float("nan"), "kl_mean": float("nan"), "kl_max": float("nan"), "nll_delta": 0.0}
-    kl = _kl(p_d, lp_d, lp_c)
     rows = np.arange(len(targets))
-    nll_d = -lp_d[rows, targets]
-    nll_c = -lp_c[rows, targets]
+    return _summary_of_rows(
+        _kl(p_d, lp_d, lp_c),
+        comp_logits.argmax(axis=-1) == targets,
+        -lp_d[rows, targets],
+        -lp_c[rows, targets],
+    )
+
+
+def _summary_of_rows(kl: np.ndarray, agree: np.ndarray, nll_d: np.ndarray, nll_c: np.ndarray) -> dict:
+    """The teacher-forced summary from its per-step rows: KL, top-1 agreement and both NLLs of the target."""
+    if len(kl) == 0:
+        return {"agreement": float("nan"), "kl_mean": float("nan"), "kl_max": float("nan"), "nll_delta": 0.0}
     return {
-        "agreement": float((comp_logits.argmax(axis=-1) == targets).mean()),
+        "agreement": float(agree.mean()),
         "kl_mean": float(kl.mean()),
         "kl_max": float(kl.max()),
         "kl_per_step": kl.tolist(),
@@ -63,6 +70,9 @@ def _summary(
 
 #: Candidates shown per generated token for each cache (the per-token view's hover).
 TOP_K = 5
+#: Rows compared at once: an 8k-token continuation over a 128k vocabulary would hold n × V float64 arrays (8 GB
+#: each) if compared whole; in blocks it holds block × V.
+COMPARE_BLOCK = 256
 
 
 @dataclass(frozen=True)
@@ -99,39 +109,65 @@ def per_step(
 @dataclass(frozen=True)
 class Reference:
     """The dense side of every comparison of one prefill, computed once: each regenerate then computes only the
-    compressed side (a 128k vocabulary makes each float64 log-softmax of 32 steps ~30 ms)."""
+    compressed side (a 128k vocabulary makes each float64 log-softmax of 32 steps ~30 ms). Each row's max and
+    log-normaliser are kept, not its n × V float64 log-softmax, which `lp` rebuilds exactly for a block of rows."""
 
     logits: np.ndarray
-    lp: np.ndarray
-    p: np.ndarray
+    shift: np.ndarray  # [n, 1] float64: each row's max
+    log_z: np.ndarray  # [n, 1] float64: log Σ exp(row − max)
     top_ids: np.ndarray
     top_probs: np.ndarray
 
+    def lp(self, lo: int, hi: int) -> np.ndarray:
+        """log_softmax of rows lo … hi − 1, the same operations as `log_softmax` (bit for bit)."""
+        return (np.asarray(self.logits[lo:hi], dtype=np.float64) - self.shift[lo:hi]) - self.log_z[lo:hi]
+
 
 def reference(dense_logits: np.ndarray, k: int = TOP_K) -> Reference:
-    lp = log_softmax(dense_logits)
-    ids, probs = _top_k(lp, k)
-    return Reference(np.asarray(dense_logits), lp, np.exp(lp), ids, probs)
+    logits = np.asarray(dense_logits)
+    n = len(logits)
+    shift, log_z = np.empty((n, 1)), np.empty((n, 1))
+    ids, probs = [], []
+    for lo in range(0, max(n, 1), COMPARE_BLOCK):
+        x = np.asarray(logits[lo : lo + COMPARE_BLOCK], dtype=np.float64)
+        shift[lo : lo + len(x)] = x.max(axis=-1, keepdims=True) if len(x) else 0.0
+        x = x - shift[lo : lo + len(x)]
+        log_z[lo : lo + len(x)] = np.log(np.exp(x).sum(axis=-1, keepdims=True))
+        i, p = _top_k(x - log_z[lo : lo + len(x)], k)
+        ids.append(i)
+        probs.append(p)
+    return Reference(logits, shift, log_z, np.concatenate(ids), np.concatenate(probs))
 
 
 def compare(
     ref: Reference, comp_logits: np.ndarray, targets: np.ndarray, skip: int, k: int = TOP_K
 ) -> tuple[dict, StepMetrics]:
-    """(`teacher_forced` over steps skip…n−1, `per_step` over all n) with one log-softmax of the compressed side."""
+    """(`teacher_forced` over steps skip…n−1, `per_step` over all n) with one log-softmax of the compressed side,
+    `COMPARE_BLOCK` rows at a time (each row's numbers are those of the whole-array definitions)."""
     n = len(targets)
     _check_shapes(ref.logits[:n], comp_logits, targets)
-    lp_d, p_d = ref.lp[:n], ref.p[:n]
-    lp_c = log_softmax(comp_logits)
-    comp_ids, comp_probs = _top_k(lp_c, k)
+    targets = np.asarray(targets)
+    kl, nll_d, nll_c = np.empty(n), np.empty(n), np.empty(n)
+    comp_ids, comp_probs = [], []
+    for lo in range(0, max(n, 1), COMPARE_BLOCK):
+        hi = min(n, lo + COMPARE_BLOCK)
+        lp_d, lp_c = ref.lp(lo, hi), log_softmax(comp_logits[lo:hi])
+        kl[lo:hi] = _kl(np.exp(lp_d), lp_d, lp_c)
+        rows, t = np.arange(hi - lo), targets[lo:hi]
+        nll_d[lo:hi], nll_c[lo:hi] = -lp_d[rows, t], -lp_c[rows, t]
+        i, p = _top_k(lp_c, k)
+        comp_ids.append(i)
+        comp_probs.append(p)
+    agreement = comp_logits.argmax(axis=-1) == targets
     steps = StepMetrics(
-        kl=_kl(p_d, lp_d, lp_c),
-        agreement=comp_logits.argmax(axis=-1) == targets,
+        kl=kl,
+        agreement=agreement,
         dense_top_ids=ref.top_ids[:n, :k],
         dense_top_probs=ref.top_probs[:n, :k],
-        compressed_top_ids=comp_ids,
-        compressed_top_probs=comp_probs,
+        compressed_top_ids=np.concatenate(comp_ids),
+        compressed_top_probs=np.concatenate(comp_probs),
     )
-    summary = _summary(lp_d[skip:], p_d[skip:], lp_c[skip:], comp_logits[skip:], targets[skip:])
+    summary = _summary_of_rows(kl[skip:], agreement[skip:], nll_d[skip:], nll_c[skip:])
     return summary, steps
 
 

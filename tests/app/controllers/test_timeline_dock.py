@@ -152,6 +152,26 @@ def test_escape_keeps_what_was_generated(ctx):
     window.controls.set_config({"schedule": "paper"})
 
 
+def test_8192_tokens_past_the_context_need_the_box_and_escape_keeps_them(ctx):
+    window, ref = ctx
+    panel = window.timelinePanel
+    panel.set_policy("streaming_llm", 12, 4, 8192)
+    assert panel.tokens() == 8192 > ref.info.max_context  # the tiny model's context is 4,096
+    assert not panel.beyond_context()
+    QTest.mouseClick(panel.runButton, Qt.MouseButton.LeftButton)
+    wait_until(lambda: not window.timeline.running, timeout=60)
+    assert "Beyond trained context" in window.last_error and "generate at most" in window.last_error
+    panel.beyondCheck.setChecked(True)
+    QTest.mouseClick(panel.runButton, Qt.MouseButton.LeftButton)
+    wait_until(lambda: "of 8,192 tokens" in panel.summaryLabel.text(), timeout=60)
+    window.actions_.cancel.trigger()  # Esc
+    wait_until(lambda: not window.timeline.running, timeout=60)
+    view = panel.view()
+    assert view.cancelled and 0 < view.n_generated < 8192 and len(view.token_steps.kl) == view.n_generated
+    assert not view.beyond_context  # cut short well inside the context
+    panel.beyondCheck.setChecked(False)
+
+
 def test_opening_a_session_clears_the_timeline(ctx, tmp_path):
     window, _ = ctx
     panel = window.timelinePanel

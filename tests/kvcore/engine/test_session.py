@@ -7,6 +7,7 @@ import pytest
 
 from kvcore.cache import sparse as caches
 from kvcore.capture.prefill import Cancelled
+from kvcore.defaults import SCHEDULES
 from kvcore.engine.session import CompressionConfig, Session
 from tests.reference_logits import compressed_logits, dense_logits
 
@@ -200,7 +201,7 @@ def _snapshot(s: Session, config: CompressionConfig) -> tuple:
     return (
         list(s.prompt_ids),
         list(s.dense_tokens),
-        {k: v.copy() for k, v in s._dense_logits.items()},
+        {k: s.dense_reference(k).copy() for k in SCHEDULES},  # computed from the continuation if not yet
         s._dense_decode_cache[0].offset,
         s.regenerate(s.compress(config)).metrics,
     )
@@ -224,8 +225,8 @@ def _cancel_on(k: int):
 
 
 def test_cancel_at_every_stage_of_prefill_keeps_the_previous_session(model_dirs):
-    """Cancel on the k-th check: prefill chunks, each dense-continuation token, then each schedule's
-    teacher-forced reference pass. The previous prompt, continuation, references and metrics stay."""
+    """Cancel on the k-th check: prefill chunks, then each dense-continuation token (the reference passes wait
+    until a schedule asks: `dense_reference`). The previous prompt, continuation, references and metrics stay."""
     s = Session.load(str(model_dirs["llama"]))
     s.prefill(PROMPT, n_tokens=5)
     config = CompressionConfig("snapkv", 0.5)
@@ -233,8 +234,8 @@ def test_cancel_at_every_stage_of_prefill_keeps_the_previous_session(model_dirs)
     checks = []
     s.prefill("x = 1\n" * 40, n_tokens=5, should_cancel=lambda: checks.append(1) and False)
     s.prefill(PROMPT, n_tokens=5)
-    # 2 prefill spans (body, held-back last token) + 4 greedy tokens + 2 reference passes (paper, mlx-lm)
-    assert len(checks) == 2 + 4 + 2
+    # 2 prefill spans (body, held-back last token) + 4 greedy tokens
+    assert len(checks) == 2 + 4
     for k in range(1, len(checks) + 1):
         with pytest.raises(Cancelled):
             s.prefill("x = 1\n" * 40, n_tokens=5, should_cancel=_cancel_on(k))
@@ -242,16 +243,16 @@ def test_cancel_at_every_stage_of_prefill_keeps_the_previous_session(model_dirs)
 
 
 def test_cancel_at_every_stage_of_extend_keeps_the_continuation(model_dirs):
-    """Step/Generate cancelled at any token or reference pass leaves the continuation it extended."""
+    """Step/Generate cancelled at any token leaves the continuation it extended (and its references)."""
     s = Session.load(str(model_dirs["llama"]))
     s.prefill(PROMPT, n_tokens=4)
     config = CompressionConfig("snapkv", 0.5)
     before = _snapshot(s, config)
-    for k in range(1, 3 + 2 + 1):  # 3 greedy tokens, 2 reference passes
+    for k in range(1, 3 + 1):  # 3 greedy tokens
         with pytest.raises(Cancelled):
             s.extend(3, should_cancel=_cancel_on(k))
         _assert_same(_snapshot(s, config), before, f"extend cancelled at check {k}")
-    s.extend(3, should_cancel=_cancel_on(6))  # the 6th check never comes: it completes
+    s.extend(3, should_cancel=_cancel_on(4))  # the 4th check never comes: it completes
     assert len(s.dense_tokens) == 7 and s.dense_tokens[:4] == before[1]
 
 

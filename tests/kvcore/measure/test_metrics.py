@@ -147,3 +147,23 @@ def test_compare_equals_teacher_forced_and_per_step():
                 assert np.array_equal(getattr(steps, field), getattr(alone, field)), field
     with pytest.raises(ValueError, match="shapes differ"):
         metrics.compare(ref, comp[:, :10], targets, 0)
+
+
+def test_compare_in_blocks_equals_the_whole_array_definitions(monkeypatch):
+    """A long continuation is compared COMPARE_BLOCK rows at a time: every number stays that of the definitions
+    applied to whole arrays (here blocks of 4 rows over 11 steps, the last block short)."""
+    rng = np.random.default_rng(5)
+    dense, comp = rng.normal(size=(2, 11, 200)) * 4
+    targets = rng.integers(0, 200, 11)
+    monkeypatch.setattr(metrics, "COMPARE_BLOCK", 4)
+    ref = metrics.reference(dense)
+    assert ref.top_ids.shape == (11, metrics.TOP_K)
+    np.testing.assert_array_equal(ref.lp(0, 11), metrics.log_softmax(dense))
+    for skip in (0, 1, 6):
+        summary, steps = metrics.compare(ref, comp, targets, skip)
+        np.testing.assert_equal(summary, metrics.teacher_forced(dense[skip:], comp[skip:], targets[skip:]))
+        monkeypatch.setattr(metrics, "COMPARE_BLOCK", 1 << 20)
+        whole = metrics.per_step(dense, comp, targets)
+        monkeypatch.setattr(metrics, "COMPARE_BLOCK", 4)
+        for field in ("kl", "agreement", "dense_top_ids", "dense_top_probs", "compressed_top_ids"):
+            assert np.array_equal(getattr(steps, field), getattr(whole, field)), field
