@@ -13,11 +13,11 @@ import os
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from app.engine.stored_view import ChannelView
 from app.widgets.heatmap import KEPT_RGBA
+from app.widgets.hover import show_hover
 from app.widgets.plot_export import export_graphics
 from app.widgets.row_axis import RowAxis
 
@@ -151,10 +151,8 @@ class ChannelMap(QWidget):
             return
         self._last = cell
         text = "" if cell is None else self.info_at(*cell)
-        self.graphics.setToolTip(text)
+        show_hover(self.graphics, text)
         self.hoverLabel.setText(text or HOVER_HINT)
-        if text:
-            QToolTip.showText(QCursor.pos(), text, self.graphics)
         self.hoverInfo.emit(text)
 
 

@@ -16,8 +16,7 @@ import os
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.widgets.heatmap_bins import (
     bin_counts,
@@ -27,6 +26,7 @@ from app.widgets.heatmap_bins import (
     bin_width,
     fraction_index,
 )
+from app.widgets.hover import show_hover
 from app.widgets.plot_export import export_graphics
 from app.widgets.row_axis import RowAxis
 from app.widgets.token_axis import TokenAxis, token_label
@@ -751,8 +751,7 @@ class RetentionHeatmap(QWidget):
             self.hoverInfo.emit("")
             return
         text = self.info_at(*cell)
-        self.graphics.setToolTip(text)
-        QToolTip.showText(QCursor.pos(), text, self.graphics)
+        show_hover(self.graphics, text)
         self.hoverInfo.emit(text)
 
     def _cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:

@@ -14,19 +14,18 @@ import os
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
     QSizePolicy,
-    QToolTip,
     QVBoxLayout,
     QWidget,
 )
 
 from app.widgets.heatmap import EVICTED_RGBA, KEPT_RGBA
+from app.widgets.hover import show_hover
 from app.widgets.plot_export import export_graphics
 from app.widgets.token_axis import TokenAxis, token_label
 
@@ -361,10 +360,8 @@ class MergeMap(QWidget):
             return
         self._last = cell
         text = "" if cell is None else self.info_at(*cell)
-        self.graphics.setToolTip(text)
+        show_hover(self.graphics, text)
         self.hoverLabel.setText(text or HOVER_HINT)
-        if text:
-            QToolTip.showText(QCursor.pos(), text, self.graphics)
         self.hoverInfo.emit(text)
 
 

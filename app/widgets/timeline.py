@@ -15,7 +15,6 @@ import os
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -26,7 +25,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSlider,
     QSpinBox,
-    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -34,6 +32,7 @@ from PySide6.QtWidgets import (
 from app.engine.timeline_jobs import CamMerges, TimelineView, policy_text
 from app.widgets.axes import ScientificAxis
 from app.widgets.heatmap import KEPT_RGBA
+from app.widgets.hover import show_hover
 from app.widgets.method_tip import policy_tip
 from app.widgets.plot_export import export_graphics
 from app.widgets.token_axis import TokenAxis, token_label
@@ -674,9 +673,7 @@ class TimelinePanel(QWidget):
         if key == self._last_hover:
             return
         self._last_hover = key
-        self.graphics.setToolTip(text)
-        if text:
-            QToolTip.showText(QCursor.pos(), text, self.graphics)
+        show_hover(self.graphics, text)
         self.hoverInfo.emit(text)
 
     def token_info(self, index: int) -> str:
