@@ -8,7 +8,6 @@ import json
 import math
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
@@ -20,6 +19,7 @@ from kvcore.engine.session import CompressionConfig, Session
 from kvcore.methods import kvzap_shards
 from kvcore.methods.kvzap_training import TrainingSettings, train
 from kvcore.model.fingerprint import model_fingerprint
+from tests.attention_inputs import input_norm_outputs
 
 PROMPTS = [
     ("a", "def main(argv):\n    return sum(x * x for x in argv)\n"),
@@ -98,30 +98,9 @@ def test_training_lowers_the_loss_and_is_deterministic_for_a_seed(session, calib
     assert not np.array_equal(other.weights[0]["w1"], one.weights[0]["w1"])
 
 
-class _InputRows(nn.Module):
-    """What one layer's input norm hands its attention, remembered (the test's own tap)."""
-
-    def __init__(self, inner, outputs):
-        super().__init__()
-        self.inner = inner
-        self._outputs = outputs
-
-    def __call__(self, x):
-        out = self.inner(x)
-        self._outputs.append(out)
-        return out
-
-
 def _attention_inputs(model, ids) -> list[np.ndarray]:
-    rows = []
-    originals = [layer.input_layernorm for layer in model.layers]
-    for layer, norm in zip(model.layers, originals, strict=True):
-        layer.input_layernorm = _InputRows(norm, rows)
-    try:
+    with input_norm_outputs(model) as rows:
         model(mx.array([ids]), cache=make_prompt_cache(model))
-    finally:
-        for layer, norm in zip(model.layers, originals, strict=True):
-            layer.input_layernorm = norm
     return [np.array(r[0].astype(mx.float32), np.float64) for r in rows]
 
 

@@ -6,7 +6,6 @@ sinks, the chunk and the reconstruction keys, the max over the group's query hea
 """
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
@@ -15,6 +14,7 @@ from kvcore.engine.session import CompressionConfig, Session
 from kvcore.methods import kvzip as kvzip_module
 from kvcore.methods import selection
 from kvcore.model import attention
+from tests.attention_inputs import input_norm_outputs
 
 PROMPT = "def main(argv):\n    return sum(x * x for x in argv)\nThe quick brown fox jumps over the lazy dog."
 
@@ -26,34 +26,17 @@ def session(model_dirs):
     return s
 
 
-class _Tap(nn.Module):
-    """Remembers what one layer's input norm hands its attention (KVzip+'s rows are divided by its norm)."""
-
-    def __init__(self, inner, outputs):
-        super().__init__()
-        self.inner = inner
-        self._outputs = outputs
-
-    def __call__(self, x):
-        out = self.inner(x)
-        self._outputs.append(out)
-        return out
-
-
 def _one_pass(model, ids, n_context):
     """Per layer: (queries [H_q, N, D], keys [H_kv, T + N, D], values, scale, attention input norms [N]) of the
     last N tokens of one forward pass over `ids` from an empty cache."""
-    seen, inputs = [], []
-    originals = [layer.input_layernorm for layer in model.layers]
-    for layer, norm in zip(model.layers, originals, strict=True):
-        layer.input_layernorm = _Tap(norm, inputs)
+    seen = []
     attention.install(model)
-    try:
-        with attention.observing(lambda q, k, v, c, s, m, latent=False: seen.append((q, k, v, s))):
-            model(mx.array([ids]), cache=make_prompt_cache(model))
-    finally:
-        for layer, norm in zip(model.layers, originals, strict=True):
-            layer.input_layernorm = norm
+
+    def record(q, k, v, c, s, m, latent=False):
+        seen.append((q, k, v, s))
+
+    with input_norm_outputs(model) as inputs, attention.observing(record):
+        model(mx.array([ids]), cache=make_prompt_cache(model))
     out = []
     for (q, k, v, s), x in zip(seen, inputs, strict=True):
         mx.eval(q, k, v, x)
