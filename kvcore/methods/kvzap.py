@@ -41,7 +41,7 @@ class KVzap(Method):
         "KVzap (Jegou et al. 2026): a per-layer surrogate, trained on kvzip+ scores (calibrated per model), "
         "scores each pair from the attention input"
     )
-    paper = "KVzap: fast approximation of KVzip+ by a surrogate on the hidden states (Jegou et al. 2026), arXiv:2601.07891"
+    paper = "KVzap: Fast, Adaptive, and Faithful KV Cache Pruning (Jegou et al. 2026), arXiv:2601.07891"
     calibration: ClassVar[str] = "kvzap"
     needs_reconstruction = True
 
