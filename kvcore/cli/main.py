@@ -727,6 +727,8 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
         raise UsageError(
             "--questions needs a context to ask about: pass --context-file FILE (or --prompt TEXT)"
         )
+    if args.beyond_context:
+        _check_beyond_context(args)
     prompt = None if args.session is not None else _prompt(args)
     if args.system_prompt is not None and not args.chat_template:
         raise UsageError(
@@ -787,6 +789,16 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
     if args.command == "compress":
         return _compress(args, session, configs[0], questions)
     return _sweep(args, session, configs, plot_writer)
+
+
+def _check_beyond_context(args: argparse.Namespace) -> None:
+    """--beyond-context opts a new prefill's dense continuation in to positions past the trained context; where
+    it could change nothing it is refused (before the model loads) rather than ignored."""
+    if args.session is not None:
+        raise UsageError(
+            "--beyond-context applies to a new prefill (--prompt, --prompt-file): a --session file keeps its "
+            "saved continuation, and --json records whether it passes the trained context; drop --beyond-context"
+        )
 
 
 def _prefill_chat_context(args: argparse.Namespace, session: Any, context: str) -> None:

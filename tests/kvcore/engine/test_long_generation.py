@@ -160,3 +160,19 @@ def test_prompt_sets_refuse_beyond_context_before_the_model_loads(tmp_path, caps
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "--beyond-context applies to one prompt" in err and err.count("\n") == 1
+
+
+def test_beyond_context_where_it_changes_nothing_is_refused_before_the_model_loads(
+    session, tmp_path, capsys, monkeypatch
+):
+    """With --session (the saved continuation is the reference) the flag could change nothing: one line naming
+    the fix, not silence."""
+    from kvcore.engine.session_file import save_session
+
+    saved = tmp_path / "s.kvlens"
+    save_session(saved, session)
+    monkeypatch.setattr(Session, "load", lambda *a, **k: pytest.fail("a model load ran"))
+    assert main(["compress", "--session", str(saved), "--beyond-context", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--session file keeps its saved continuation" in err
+    assert "drop --beyond-context" in err
