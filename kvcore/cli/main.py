@@ -728,7 +728,7 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
             "--questions needs a context to ask about: pass --context-file FILE (or --prompt TEXT)"
         )
     if args.beyond_context:
-        _check_beyond_context(args)
+        _check_beyond_context(args, asked)
     prompt = None if args.session is not None else _prompt(args)
     if args.system_prompt is not None and not args.chat_template:
         raise UsageError(
@@ -791,13 +791,18 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
     return _sweep(args, session, configs, plot_writer)
 
 
-def _check_beyond_context(args: argparse.Namespace) -> None:
+def _check_beyond_context(args: argparse.Namespace, asked: bool) -> None:
     """--beyond-context opts a new prefill's dense continuation in to positions past the trained context; where
     it could change nothing it is refused (before the model loads) rather than ignored."""
     if args.session is not None:
         raise UsageError(
             "--beyond-context applies to a new prefill (--prompt, --prompt-file): a --session file keeps its "
             "saved continuation, and --json records whether it passes the trained context; drop --beyond-context"
+        )
+    if asked:
+        raise UsageError(
+            "--beyond-context does not apply to --questions: each question and its answer must fit the trained "
+            "context; drop --beyond-context (shorten the context or --tokens if it does not fit)"
         )
 
 

@@ -165,14 +165,28 @@ def test_prompt_sets_refuse_beyond_context_before_the_model_loads(tmp_path, caps
 def test_beyond_context_where_it_changes_nothing_is_refused_before_the_model_loads(
     session, tmp_path, capsys, monkeypatch
 ):
-    """With --session (the saved continuation is the reference) the flag could change nothing: one line naming
-    the fix, not silence."""
+    """With --session (the saved continuation is the reference) or --questions (answers must fit the trained
+    context) the flag could change nothing: one line naming the fix, not silence."""
     from kvcore.engine.session_file import save_session
 
     saved = tmp_path / "s.kvlens"
     save_session(saved, session)
+    questions = tmp_path / "q.jsonl"
+    questions.write_text('{"question": "What does main return?"}\n')
     monkeypatch.setattr(Session, "load", lambda *a, **k: pytest.fail("a model load ran"))
     assert main(["compress", "--session", str(saved), "--beyond-context", "--json"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--session file keeps its saved continuation" in err
     assert "drop --beyond-context" in err
+    argv = ["compress", "--prompt", PROMPT, "--questions", str(questions), "--beyond-context"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--beyond-context does not apply to --questions" in err
+
+
+def test_a_question_past_the_context_says_beyond_context_does_not_apply(small):
+    folder, _ = small
+    s = Session.load(str(folder))
+    s.prefill(PROMPT, n_tokens=2, chat_template=False)
+    with pytest.raises(ValueError, match="--beyond-context does not apply to questions"):
+        s.answer_tokens(None, " and then", 4, "paper")
