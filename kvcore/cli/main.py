@@ -785,7 +785,9 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
             system_prompt=args.system_prompt,
             beyond_context=args.beyond_context,
             on_continuation=_continuation_progress(args.tokens, "dense continuation"),
+            keep_interrupted=True,
         )
+        _dense_stopped_early(args, session)
     if args.command == "compress":
         return _compress(args, session, configs[0], questions)
     return _sweep(args, session, configs, plot_writer)
@@ -816,8 +818,25 @@ def _prefill_chat_context(args: argparse.Namespace, session: Any, context: str) 
         session.tokenizer.encode(head, add_special_tokens=False),
         n_tokens=args.tokens,
         beyond_context=args.beyond_context,
+        keep_interrupted=True,
     )
     session.chat_template_applied = True
+    _dense_stopped_early(args, session)
+
+
+def _dense_stopped_early(args: argparse.Namespace, session: Any) -> None:
+    """Ctrl-C during the dense continuation keeps what was generated, as a decoding policy's run does: say so,
+    and measure every setting (and decode, and answer) over the tokens kept."""
+    kept = len(session.dense_tokens)
+    args.dense_interrupted = kept < args.tokens
+    if args.dense_interrupted:
+        end_progress(only_if_drawn=True)
+        print(
+            f"kvlens: interrupted: the dense continuation stopped early, {kept} of {args.tokens} tokens kept; "
+            "every setting is measured over those",
+            file=sys.stderr,
+        )
+        args.tokens = kept
 
 
 #: A dense continuation at least this long draws its progress (on a terminal): thousands of tokens take minutes.
@@ -917,6 +936,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
         "budget_note": state.budget_note,
         "beyond_context": session.beyond_context,
         "trained_context": session.info.max_context,
+        "dense_interrupted": getattr(args, "dense_interrupted", False),
     }
     if questions and args.query_aware:
         from kvcore.engine.questions import answer_query_aware

@@ -190,3 +190,47 @@ def test_a_question_past_the_context_says_beyond_context_does_not_apply(small):
     s.prefill(PROMPT, n_tokens=2, chat_template=False)
     with pytest.raises(ValueError, match="--beyond-context does not apply to questions"):
         s.answer_tokens(None, " and then", 4, "paper")
+
+
+def _interrupt_at(k: int):
+    def progress(done: int, total: int) -> None:
+        if done == k:
+            raise KeyboardInterrupt
+
+    return progress
+
+
+def test_ctrl_c_in_the_dense_continuation_keeps_what_was_generated(model_dirs, session):
+    s = Session.load(str(model_dirs["llama"]))
+    s.prefill(
+        PROMPT, n_tokens=N, chat_template=False, on_continuation=_interrupt_at(4), keep_interrupted=True
+    )
+    assert s.dense_tokens == session.dense_tokens[:4]
+    s.extend(N - 4)  # the decode cache the interrupted step left half-fed is rebuilt from the kept tokens
+    assert s.dense_tokens == session.dense_tokens
+    with pytest.raises(KeyboardInterrupt):  # not asked for: the prefill is left as it was
+        s.prefill("x y z", n_tokens=N, chat_template=False, on_continuation=_interrupt_at(2))
+    assert s.dense_tokens == session.dense_tokens
+
+
+def test_cli_ctrl_c_in_the_dense_continuation_measures_the_tokens_kept(model_dirs, capsys, monkeypatch):
+    import kvcore.cli.main as cli
+
+    monkeypatch.setattr(cli, "_continuation_progress", lambda n, label: _interrupt_at(3) if n == N else None)
+    argv = ["compress", "--model", str(model_dirs["llama"]), "--prompt", PROMPT, "--no-chat-template"]
+    argv += ["--method", "snapkv", "--ratio", "0.5", "--tokens", str(N), "--json"]
+    argv += [
+        "--decode-method",
+        "streaming_llm",
+        "--decode-budget",
+        "8",
+        "--decode-interval",
+        "2",
+        "--n-sink",
+        "2",
+    ]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert f"stopped early, 3 of {N} tokens kept" in captured.err and captured.err.count("\n") == 1
+    row = json.loads(captured.out)
+    assert row["dense_interrupted"] is True and row["decode_tokens"] == 3 and not row["decode_interrupted"]
