@@ -166,6 +166,11 @@ class SessionPanel(QWidget):
         self.generateCountSpin = QSpinBox(objectName="generateCountSpin")
         self.generateCountSpin.setRange(1, 4096)
         self.generateCountSpin.setValue(DEFAULT_CONTINUATION_TOKENS)
+        self.beyondContextCheck = QCheckBox("Past context", objectName="beyondContextCheck")
+        self.beyondContextCheck.setToolTip(
+            "Let Prefill and Generate run past the model's trained context (max_position_embeddings): RoPE "
+            "extrapolates to positions the model never saw, so the quality there is yours to judge"
+        )
         self.busyIndicator = QProgressBar(objectName="busyIndicator")
         self.busyIndicator.setRange(0, 0)
         self.busyIndicator.setTextVisible(False)
@@ -188,7 +193,13 @@ class SessionPanel(QWidget):
         model_row.addWidget(self.modelCombo, 1)
         model_row.addWidget(self.loadButton)
         run_row = QHBoxLayout()
-        for w in (self.prefillButton, self.stepButton, self.generateButton, self.generateCountSpin):
+        for w in (
+            self.prefillButton,
+            self.stepButton,
+            self.generateButton,
+            self.generateCountSpin,
+            self.beyondContextCheck,
+        ):
             run_row.addWidget(w)
         busy_row = QHBoxLayout()
         busy_row.addWidget(self.busyIndicator, 1)
@@ -268,6 +279,10 @@ class SessionPanel(QWidget):
         use = self._has_template and self.chatTemplateCheck.isChecked()
         system = self.systemPromptEdit.text()
         return use, (system if use and system.strip() else None)
+
+    def beyond_context(self) -> bool:
+        """Whether Prefill and Generate may run past the model's trained context (the "Past context" box)."""
+        return self.beyondContextCheck.isChecked()
 
     def _update_chat_widgets(self) -> None:
         box = self.chatTemplateCheck
