@@ -94,7 +94,7 @@ class Settings:
     last_schedule: str = DEFAULT_SCHEDULE
     chat_template: bool = True  # the Session panel's box: apply the tokenizer's template when it has one
     system_prompt: str = ""
-    beyond_context: bool = False  # the Session panel's "Past context" box: generate past the trained context
+    beyond_context: bool = False  # the Session panel's "Past trained context" box
     #: The folder each kind of file dialog (FOLDER_KINDS) last used, so it opens there again.
     last_folders: dict[str, str] = field(default_factory=dict)
     path: Path | None = field(default=None, compare=False, repr=False)

@@ -28,8 +28,8 @@ EXTEND_CHUNKS = 16
 
 #: How the window's refusals name its opt-in to generate past the trained context (the CLI's is --beyond-context).
 PAST_CONTEXT_FIX = (
-    "or tick 'Past context' beside Generate to go past it on purpose (RoPE extrapolates; the quality past the "
-    "trained context is yours to judge)"
+    "or tick 'Past trained context' under Generate to go past it on purpose (RoPE extrapolates; the quality "
+    "past the trained context is yours to judge)"
 )
 
 #: The kinds of job (EngineThread.submit): one job of a kind runs at a time, a newer one supersedes the older.

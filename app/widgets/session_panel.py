@@ -166,7 +166,7 @@ class SessionPanel(QWidget):
         self.generateCountSpin = QSpinBox(objectName="generateCountSpin")
         self.generateCountSpin.setRange(1, 4096)
         self.generateCountSpin.setValue(DEFAULT_CONTINUATION_TOKENS)
-        self.beyondContextCheck = QCheckBox("Past context", objectName="beyondContextCheck")
+        self.beyondContextCheck = QCheckBox("Past trained context", objectName="beyondContextCheck")
         self.beyondContextCheck.setToolTip(
             "Let Prefill and Generate run past the model's trained context (max_position_embeddings): RoPE "
             "extrapolates to positions the model never saw, so the quality there is yours to judge"
@@ -193,13 +193,7 @@ class SessionPanel(QWidget):
         model_row.addWidget(self.modelCombo, 1)
         model_row.addWidget(self.loadButton)
         run_row = QHBoxLayout()
-        for w in (
-            self.prefillButton,
-            self.stepButton,
-            self.generateButton,
-            self.generateCountSpin,
-            self.beyondContextCheck,
-        ):
+        for w in (self.prefillButton, self.stepButton, self.generateButton, self.generateCountSpin):
             run_row.addWidget(w)
         busy_row = QHBoxLayout()
         busy_row.addWidget(self.busyIndicator, 1)
@@ -215,6 +209,7 @@ class SessionPanel(QWidget):
         chat_row.addWidget(self.systemPromptEdit, 1)
         layout.addLayout(chat_row)
         layout.addLayout(run_row)
+        layout.addWidget(self.beyondContextCheck)  # its own line: the run row already fills a laptop's column
         layout.addLayout(busy_row)
         layout.addWidget(QLabel("Tokens (hover to mark in the heatmap)"))
         layout.addWidget(self.generatedView, 2)
@@ -281,7 +276,7 @@ class SessionPanel(QWidget):
         return use, (system if use and system.strip() else None)
 
     def beyond_context(self) -> bool:
-        """Whether Prefill and Generate may run past the model's trained context (the "Past context" box)."""
+        """Whether Prefill and Generate may run past the model's trained context (the "Past trained context" box)."""
         return self.beyondContextCheck.isChecked()
 
     def _update_chat_widgets(self) -> None:

@@ -1,5 +1,5 @@
 """The window's Prefill and Generate past the model's trained context: refused in a dialog naming the fix (fewer
-tokens, a shorter prompt, or the 'Past context' box), run when the box is ticked, and the box is remembered."""
+tokens, a shorter prompt, or the 'Past trained context' box), run when the box is ticked, and the box is remembered."""
 
 from __future__ import annotations
 
@@ -46,11 +46,15 @@ def test_past_the_trained_context_is_a_dialog_naming_the_box_then_runs_when_tick
         assert not panel.beyondContextCheck.isChecked()
         refused = _finished(window, window.prefill)
         assert refused is not None and "\n" not in refused and "--beyond-context" not in refused
-        assert "shorten the prompt by 2 tokens" in refused and "tick 'Past context'" in refused
+        assert "shorten the prompt by 2 tokens" in refused and "tick 'Past trained context'" in refused
         window.continuation_tokens = 2
         assert _finished(window, window.prefill) is None
         refused = _finished(window, lambda: window.generate(4))
-        assert refused is not None and "generate at most 2 tokens" in refused and "'Past context'" in refused
+        assert (
+            refused is not None
+            and "generate at most 2 tokens" in refused
+            and "'Past trained context'" in refused
+        )
         panel.beyondContextCheck.setChecked(True)
         assert _finished(window, lambda: window.generate(4)) is None
         window.continuation_tokens = 6
