@@ -1075,8 +1075,8 @@ class Session:
         if ctx is not None and total > ctx:
             raise ValueError(
                 f"context ({len(self.prompt_ids)} tokens), question ({len(ids)}) and answer ({n}) need {total} "
-                f"positions, but the model's context is {ctx} (max_position_embeddings): shorten the context or the answer (--beyond-context does not apply to "
-                "questions)"
+                f"positions, but the model's context is {ctx} (max_position_embeddings): shorten the context or the answer (going past the trained context, "
+                "--beyond-context or the window's box, does not apply to questions)"
             )
         # Under mlx-lm the caches stop one token short of the context: its last token goes in with the question.
         return [*([] if schedule == "paper" else [self.prompt_ids[-1]]), *ids]

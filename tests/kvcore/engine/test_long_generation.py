@@ -188,7 +188,7 @@ def test_a_question_past_the_context_says_beyond_context_does_not_apply(small):
     folder, _ = small
     s = Session.load(str(folder))
     s.prefill(PROMPT, n_tokens=2, chat_template=False)
-    with pytest.raises(ValueError, match="--beyond-context does not apply to questions"):
+    with pytest.raises(ValueError, match="--beyond-context or the window's box, does not apply to questions"):
         s.answer_tokens(None, " and then", 4, "paper")
 
 
