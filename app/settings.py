@@ -67,6 +67,7 @@ _CHECKS = {
     "last_group_size": lambda v: _is_int(v) and v in ALLOWED_GROUP_SIZES,
     "last_schedule": lambda v: v in SCHEDULES,
     "chat_template": lambda v: isinstance(v, bool),
+    "beyond_context": lambda v: isinstance(v, bool),
     "system_prompt": lambda v: isinstance(v, str) and len(v) <= 65536,
     "last_folders": lambda v: (
         isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
@@ -93,6 +94,7 @@ class Settings:
     last_schedule: str = DEFAULT_SCHEDULE
     chat_template: bool = True  # the Session panel's box: apply the tokenizer's template when it has one
     system_prompt: str = ""
+    beyond_context: bool = False  # the Session panel's "Past trained context" box
     #: The folder each kind of file dialog (FOLDER_KINDS) last used, so it opens there again.
     last_folders: dict[str, str] = field(default_factory=dict)
     path: Path | None = field(default=None, compare=False, repr=False)

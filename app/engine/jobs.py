@@ -26,6 +26,12 @@ SESSION = "session"
 #: Generate N runs in about this many steps, so it can say "k of N" and a cancel keeps the steps done.
 EXTEND_CHUNKS = 16
 
+#: How the window's refusals name its opt-in to generate past the trained context (the CLI's is --beyond-context).
+PAST_CONTEXT_FIX = (
+    "or tick 'Past trained context' under Generate to go past it on purpose (RoPE extrapolates; the quality "
+    "past the trained context is yours to judge)"
+)
+
 #: The kinds of job (EngineThread.submit): one job of a kind runs at a time, a newer one supersedes the older.
 LOAD, PREFILL, EXTEND, COMPRESS, SWEEP, NEEDLES = "load", "prefill", "extend", "compress", "sweep", "needles"
 
@@ -62,9 +68,27 @@ def prefill_progress_text(done: int, total: int, elapsed_s: float) -> str:
     )
 
 
-def prefill(prompt: str, n_tokens: int, chat_template: bool = True, system_prompt: str | None = None) -> Job:
+def _check_context(session: Session, held: str, used: int, n: int, fit: str) -> None:
+    """ValueError naming `fit` and the window's opt-in when `used` positions plus n generated pass the model's
+    trained context (max_position_embeddings)."""
+    limit = session.info.max_context
+    if limit is not None and used + n > limit:
+        raise ValueError(
+            f"{held} and {n} more would be generated, but the model's context is {limit} "
+            f"(max_position_embeddings): {fit}, {PAST_CONTEXT_FIX}"
+        )
+
+
+def prefill(
+    prompt: str,
+    n_tokens: int,
+    chat_template: bool = True,
+    system_prompt: str | None = None,
+    beyond_context: bool = False,
+) -> Job:
     """Prefill with capture and compute the dense continuation (the baseline every setting is measured on);
-    the chat template applies when asked and the tokenizer has one (kvcore.model.prompting)."""
+    the chat template applies when asked and the tokenizer has one (kvcore.model.prompting). Past the trained
+    context only with `beyond_context`; the refusal names the window's box, not the CLI's flag."""
 
     def job(ctx: JobContext) -> SequenceView:
         session = _session(ctx)
@@ -74,6 +98,11 @@ def prefill(prompt: str, n_tokens: int, chat_template: bool = True, system_promp
             text = prefill_progress_text(done, total, time.perf_counter() - start)
             ctx.progress(done / max(total, 1), text)
 
+        if not beyond_context:
+            n_prompt = len(session.encode(prompt, chat_template, system_prompt))
+            over = n_prompt + n_tokens - (session.info.max_context or 0)
+            fit = f"shorten the prompt by {over} tokens"
+            _check_context(session, f"the prompt has {n_prompt} tokens", n_prompt, n_tokens, fit)
         session.prefill(
             prompt,
             n_tokens=n_tokens,
@@ -81,20 +110,26 @@ def prefill(prompt: str, n_tokens: int, chat_template: bool = True, system_promp
             should_cancel=ctx.cancelled,
             chat_template=chat_template,
             system_prompt=system_prompt,
+            beyond_context=beyond_context,
         )
         return sequence_view(session)
 
     return job
 
 
-def extend(n: int) -> Job:
+def extend(n: int, beyond_context: bool = False) -> Job:
     """Continue the dense greedy continuation by n tokens (Step = 1, Generate N = n); None when nothing is
-    prefilled."""
+    prefilled. Past the trained context only with `beyond_context`."""
 
     def job(ctx: JobContext) -> SequenceView | None:
         session = _session(ctx)
         if not session.prompt_ids:  # the prefill it followed was cancelled or failed: nothing to extend
             return None
+        if not beyond_context:
+            used = session.positions_used
+            room = (session.info.max_context or 0) - used
+            fit = f"generate at most {room} tokens" if room > 0 else "prefill a shorter prompt"
+            _check_context(session, f"the prompt and its continuation hold {used} positions", used, n, fit)
         done, chunk = 0, max(1, math.ceil(n / EXTEND_CHUNKS))
         while done < n:
             ctx.progress(done / n, f"Generating: {done} of {n} token{'s' if n != 1 else ''}")

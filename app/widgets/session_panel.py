@@ -166,6 +166,11 @@ class SessionPanel(QWidget):
         self.generateCountSpin = QSpinBox(objectName="generateCountSpin")
         self.generateCountSpin.setRange(1, 4096)
         self.generateCountSpin.setValue(DEFAULT_CONTINUATION_TOKENS)
+        self.beyondContextCheck = QCheckBox("Past trained context", objectName="beyondContextCheck")
+        self.beyondContextCheck.setToolTip(
+            "Let Prefill and Generate run past the model's trained context (max_position_embeddings): RoPE "
+            "extrapolates to positions the model never saw, so the quality there is yours to judge"
+        )
         self.busyIndicator = QProgressBar(objectName="busyIndicator")
         self.busyIndicator.setRange(0, 0)
         self.busyIndicator.setTextVisible(False)
@@ -204,6 +209,7 @@ class SessionPanel(QWidget):
         chat_row.addWidget(self.systemPromptEdit, 1)
         layout.addLayout(chat_row)
         layout.addLayout(run_row)
+        layout.addWidget(self.beyondContextCheck)  # its own line: the run row already fills a laptop's column
         layout.addLayout(busy_row)
         layout.addWidget(QLabel("Tokens (hover to mark in the heatmap)"))
         layout.addWidget(self.generatedView, 2)
@@ -268,6 +274,10 @@ class SessionPanel(QWidget):
         use = self._has_template and self.chatTemplateCheck.isChecked()
         system = self.systemPromptEdit.text()
         return use, (system if use and system.strip() else None)
+
+    def beyond_context(self) -> bool:
+        """Whether Prefill and Generate may run past the model's trained context (the "Past trained context" box)."""
+        return self.beyondContextCheck.isChecked()
 
     def _update_chat_widgets(self) -> None:
         box = self.chatTemplateCheck

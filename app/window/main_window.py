@@ -250,7 +250,9 @@ class MainWindow(QMainWindow):
         use_template, system = self.sessionPanel.chat_template()
         rid = self.engine.submit(
             PREFILL,
-            jobs.prefill(text, self.continuation_tokens, use_template, system),
+            jobs.prefill(
+                text, self.continuation_tokens, use_template, system, self.sessionPanel.beyond_context()
+            ),
             on_result=self._on_prefilled,
             on_failure=self._on_failed,
         )
@@ -269,7 +271,10 @@ class MainWindow(QMainWindow):
             return None
         n = self.sessionPanel.generateCountSpin.value() if n is None else int(n)
         rid = self.engine.submit(
-            EXTEND, jobs.extend(n), on_result=self._on_extended, on_failure=self._on_failed
+            EXTEND,
+            jobs.extend(n, self.sessionPanel.beyond_context()),
+            on_result=self._on_extended,
+            on_failure=self._on_failed,
         )
         self.request_compression()
         return rid
@@ -536,6 +541,7 @@ class MainWindow(QMainWindow):
             self.sessionPanel.promptEdit.setPlainText(s.last_prompt)
         self.sessionPanel.chatTemplateCheck.setChecked(s.chat_template)
         self.sessionPanel.systemPromptEdit.setText(s.system_prompt)
+        self.sessionPanel.beyondContextCheck.setChecked(s.beyond_context)
         last = {
             "method": s.last_method,
             "ratio": s.last_ratio,
@@ -561,6 +567,7 @@ class MainWindow(QMainWindow):
         s.last_prompt = self.sessionPanel.promptEdit.toPlainText()
         s.chat_template = self.sessionPanel.chatTemplateCheck.isChecked()
         s.system_prompt = self.sessionPanel.systemPromptEdit.text()
+        s.beyond_context = self.sessionPanel.beyond_context()
         s.last_method, s.last_ratio, s.last_bits, s.last_value_bits, s.last_group_size, s.last_schedule = (
             cfg["method"],
             cfg["ratio"],

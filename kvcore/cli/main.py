@@ -727,6 +727,8 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
         raise UsageError(
             "--questions needs a context to ask about: pass --context-file FILE (or --prompt TEXT)"
         )
+    if args.beyond_context:
+        _check_beyond_context(args, asked)
     prompt = None if args.session is not None else _prompt(args)
     if args.system_prompt is not None and not args.chat_template:
         raise UsageError(
@@ -783,10 +785,27 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
             system_prompt=args.system_prompt,
             beyond_context=args.beyond_context,
             on_continuation=_continuation_progress(args.tokens, "dense continuation"),
+            keep_interrupted=True,
         )
+        _dense_stopped_early(args, session)
     if args.command == "compress":
         return _compress(args, session, configs[0], questions)
     return _sweep(args, session, configs, plot_writer)
+
+
+def _check_beyond_context(args: argparse.Namespace, asked: bool) -> None:
+    """--beyond-context opts a new prefill's dense continuation in to positions past the trained context; where
+    it could change nothing it is refused (before the model loads) rather than ignored."""
+    if args.session is not None:
+        raise UsageError(
+            "--beyond-context applies to a new prefill (--prompt, --prompt-file): a --session file keeps its "
+            "saved continuation, and --json records whether it passes the trained context; drop --beyond-context"
+        )
+    if asked:
+        raise UsageError(
+            "--beyond-context does not apply to --questions: each question and its answer must fit the trained "
+            "context; drop --beyond-context (shorten the context or --tokens if it does not fit)"
+        )
 
 
 def _prefill_chat_context(args: argparse.Namespace, session: Any, context: str) -> None:
@@ -799,8 +818,25 @@ def _prefill_chat_context(args: argparse.Namespace, session: Any, context: str) 
         session.tokenizer.encode(head, add_special_tokens=False),
         n_tokens=args.tokens,
         beyond_context=args.beyond_context,
+        keep_interrupted=True,
     )
     session.chat_template_applied = True
+    _dense_stopped_early(args, session)
+
+
+def _dense_stopped_early(args: argparse.Namespace, session: Any) -> None:
+    """Ctrl-C during the dense continuation keeps what was generated, as a decoding policy's run does: say so,
+    and measure every setting (and decode, and answer) over the tokens kept."""
+    kept = len(session.dense_tokens)
+    args.dense_interrupted = kept < args.tokens
+    if args.dense_interrupted:
+        end_progress(only_if_drawn=True)
+        print(
+            f"kvlens: interrupted: the dense continuation stopped early, {kept} of {args.tokens} tokens kept; "
+            "every setting is measured over those",
+            file=sys.stderr,
+        )
+        args.tokens = kept
 
 
 #: A dense continuation at least this long draws its progress (on a terminal): thousands of tokens take minutes.
@@ -900,6 +936,7 @@ def _compress(args: argparse.Namespace, session: Any, cfg: Any, questions: list 
         "budget_note": state.budget_note,
         "beyond_context": session.beyond_context,
         "trained_context": session.info.max_context,
+        "dense_interrupted": getattr(args, "dense_interrupted", False),
     }
     if questions and args.query_aware:
         from kvcore.engine.questions import answer_query_aware

@@ -489,6 +489,7 @@ class Session:
         system_prompt: str | None = None,
         beyond_context: bool = False,
         on_continuation: Progress = None,
+        keep_interrupted: bool = False,
     ) -> dict[str, Any]:
         """Prefill with capture, then compute the dense greedy continuation of `n_tokens` (the baseline).
 
@@ -496,7 +497,8 @@ class Session:
         `mlx_lm.generate` does. Prompt plus tokens past the model's trained context are refused unless
         `beyond_context` (the positions beyond it were never trained: RoPE extrapolates; `self.beyond_context`
         then says so). `on_continuation(done, n)` follows the dense continuation. On any error (bad prompt,
-        cancel) the previous prefill stays as it was.
+        cancel) the previous prefill stays as it was; with `keep_interrupted`, a Ctrl-C once the continuation
+        has a token keeps the prefill and the tokens generated until then (`extend`).
         """
         self._check_thread()
         ids, applied = self._encode(prompt, chat_template, system_prompt)
@@ -522,7 +524,7 @@ class Session:
         self.dense_tokens, self._dense_logits, self._dense_decode_cache, self._packed = [], {}, None, None
         self.chat_template_applied = applied
         try:
-            self.extend(n_tokens, should_cancel=should_cancel, on_progress=on_continuation)
+            self.extend(n_tokens, should_cancel, on_continuation, keep_interrupted)
         except BaseException:
             for name, value in old.items():
                 setattr(self, name, value)
@@ -584,26 +586,42 @@ class Session:
         self._window_attention[key] = [None if a is None else np.array(a) for a in out]
         return self._window_attention[key]
 
-    def extend(self, n: int, should_cancel: CancelCheck = None, on_progress: Progress = None) -> list[int]:
+    def extend(
+        self,
+        n: int,
+        should_cancel: CancelCheck = None,
+        on_progress: Progress = None,
+        keep_interrupted: bool = False,
+    ) -> list[int]:
         """Continue the dense greedy continuation by `n` tokens; each schedule's reference logits are computed
         again when next asked for (`dense_reference`).
 
         The dense continuation is the same under both schedules: its first token is the prefill's prediction at
         the last prompt position (bit-identical to mlx-lm's `generate_step`, which steps that token alone).
-        `on_progress(done, n)` follows the greedy decode.
+        `on_progress(done, n)` follows the greedy decode. `keep_interrupted`: Ctrl-C (KeyboardInterrupt) ends
+        the continuation with the tokens generated until then, as a decoding policy's run does (the CLI), instead
+        of leaving it as it was.
         """
         self._check_thread()
         capture = self._require_prefill()
         if n < 1:
             raise ValueError(f"tokens to generate must be at least 1, got {n}")
-        if self._dense_decode_cache is None:
-            cache = caches.copy_cache(capture.cache)
-            first = int(mx.argmax(capture.logits).item())
-            step = None if on_progress is None else (lambda done, _: on_progress(done + 1, n))
-            new = [first, *self._greedy(cache, first, n - 1, should_cancel, step)]
-        else:
-            cache = caches.copy_cache(self._dense_decode_cache)
-            new = self._greedy(cache, self.dense_tokens[-1], n, should_cancel, on_progress)
+        if self._dense_decode_cache is None and self.dense_tokens:  # a kept Ctrl-C left no whole decode cache
+            self._dense_decode_cache = self._fed(capture.cache, self.dense_tokens[:-1])
+        new: list[int] = []
+        try:
+            if self._dense_decode_cache is None:
+                cache = caches.copy_cache(capture.cache)
+                new.append(int(mx.argmax(capture.logits).item()))
+                step = None if on_progress is None else (lambda done, _: on_progress(done + 1, n))
+                self._greedy(cache, new[0], n - 1, should_cancel, step, out=new)
+            else:
+                cache = caches.copy_cache(self._dense_decode_cache)
+                self._greedy(cache, self.dense_tokens[-1], n, should_cancel, on_progress, out=new)
+        except KeyboardInterrupt:
+            if not keep_interrupted or not new:
+                raise
+            cache = None  # the step under way may have fed some layers only: rebuilt when next extended
         tokens = [*self.dense_tokens, *new]
         self._dense_decode_cache, self.dense_tokens, self._dense_logits = cache, tokens, {}
         return new
@@ -620,23 +638,39 @@ class Session:
         return self._dense_logits[schedule]
 
     # -- decoding ---------------------------------------------------------------------------------------------
+    def _fed(self, cache: list[Any], tokens: Sequence[int]) -> list[Any]:
+        """A copy of `cache` with `tokens` fed, REFERENCE_CHUNK at a time (as a prefill does)."""
+        branch = caches.copy_cache(cache)
+        for lo in range(0, len(tokens), REFERENCE_CHUNK):
+            self.model(mx.array([list(tokens[lo : lo + REFERENCE_CHUNK])]), cache=branch)
+            self.forward_calls += 1
+        mx.eval([c.state for c in branch])
+        return branch
+
     def _greedy(
-        self, cache: list[Any], first: int, n: int, should_cancel: CancelCheck, on_progress: Progress = None
+        self,
+        cache: list[Any],
+        first: int,
+        n: int,
+        should_cancel: CancelCheck,
+        on_progress: Progress = None,
+        out: list[int] | None = None,
     ) -> list[int]:
         """Greedy decode of n tokens starting by feeding `first`; mutates `cache`; `on_progress(done, n)` after
-        each token read back.
+        each token read back. The tokens are appended to `out` when given (what a Ctrl-C leaves is there).
 
         Pipelined as mlx-lm's `generate_step`: the next step is built and queued (`mx.async_eval`) before the
         current token is read back, so the host builds step i+1 while the device runs step i.
         """
-        tokens: list[int] = []
+        tokens: list[int] = [] if out is None else out
+        start = len(tokens)
 
         def step(y: mx.array) -> mx.array:
             logits = self.model(y, cache=cache)
             self.forward_calls += 1
-            out = mx.argmax(logits[:, -1], axis=-1, keepdims=True)
-            mx.async_eval(out)
-            return out
+            token = mx.argmax(logits[:, -1], axis=-1, keepdims=True)
+            mx.async_eval(token)
+            return token
 
         if should_cancel is not None and should_cancel():
             raise Cancelled(f"generation cancelled after 0 of {n} tokens")
@@ -645,11 +679,11 @@ class Session:
             following = step(y) if i + 1 < n else None
             tokens.append(int(y.item()))
             if on_progress is not None:
-                on_progress(len(tokens), n)
+                on_progress(i + 1, n)
             if following is not None and should_cancel is not None and should_cancel():
-                raise Cancelled(f"generation cancelled after {len(tokens)} of {n} tokens")
+                raise Cancelled(f"generation cancelled after {i + 1} of {n} tokens")
             y = following
-        return tokens
+        return tokens[start:]
 
     def _reference_logits(
         self, cache: list[Any], schedule: str, tokens: Sequence[int], chunk: int = REFERENCE_CHUNK
@@ -1041,7 +1075,8 @@ class Session:
         if ctx is not None and total > ctx:
             raise ValueError(
                 f"context ({len(self.prompt_ids)} tokens), question ({len(ids)}) and answer ({n}) need {total} "
-                f"positions, but the model's context is {ctx} (max_position_embeddings): shorten the context"
+                f"positions, but the model's context is {ctx} (max_position_embeddings): shorten the context or the answer (going past the trained context, "
+                "--beyond-context or the window's box, does not apply to questions)"
             )
         # Under mlx-lm the caches stop one token short of the context: its last token goes in with the question.
         return [*([] if schedule == "paper" else [self.prompt_ids[-1]]), *ids]

@@ -160,3 +160,77 @@ def test_prompt_sets_refuse_beyond_context_before_the_model_loads(tmp_path, caps
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "--beyond-context applies to one prompt" in err and err.count("\n") == 1
+
+
+def test_beyond_context_where_it_changes_nothing_is_refused_before_the_model_loads(
+    session, tmp_path, capsys, monkeypatch
+):
+    """With --session (the saved continuation is the reference) or --questions (answers must fit the trained
+    context) the flag could change nothing: one line naming the fix, not silence."""
+    from kvcore.engine.session_file import save_session
+
+    saved = tmp_path / "s.kvlens"
+    save_session(saved, session)
+    questions = tmp_path / "q.jsonl"
+    questions.write_text('{"question": "What does main return?"}\n')
+    monkeypatch.setattr(Session, "load", lambda *a, **k: pytest.fail("a model load ran"))
+    assert main(["compress", "--session", str(saved), "--beyond-context", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--session file keeps its saved continuation" in err
+    assert "drop --beyond-context" in err
+    argv = ["compress", "--prompt", PROMPT, "--questions", str(questions), "--beyond-context"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--beyond-context does not apply to --questions" in err
+
+
+def test_a_question_past_the_context_says_beyond_context_does_not_apply(small):
+    folder, _ = small
+    s = Session.load(str(folder))
+    s.prefill(PROMPT, n_tokens=2, chat_template=False)
+    with pytest.raises(ValueError, match="--beyond-context or the window's box, does not apply to questions"):
+        s.answer_tokens(None, " and then", 4, "paper")
+
+
+def _interrupt_at(k: int):
+    def progress(done: int, total: int) -> None:
+        if done == k:
+            raise KeyboardInterrupt
+
+    return progress
+
+
+def test_ctrl_c_in_the_dense_continuation_keeps_what_was_generated(model_dirs, session):
+    s = Session.load(str(model_dirs["llama"]))
+    s.prefill(
+        PROMPT, n_tokens=N, chat_template=False, on_continuation=_interrupt_at(4), keep_interrupted=True
+    )
+    assert s.dense_tokens == session.dense_tokens[:4]
+    s.extend(N - 4)  # the decode cache the interrupted step left half-fed is rebuilt from the kept tokens
+    assert s.dense_tokens == session.dense_tokens
+    with pytest.raises(KeyboardInterrupt):  # not asked for: the prefill is left as it was
+        s.prefill("x y z", n_tokens=N, chat_template=False, on_continuation=_interrupt_at(2))
+    assert s.dense_tokens == session.dense_tokens
+
+
+def test_cli_ctrl_c_in_the_dense_continuation_measures_the_tokens_kept(model_dirs, capsys, monkeypatch):
+    import kvcore.cli.main as cli
+
+    monkeypatch.setattr(cli, "_continuation_progress", lambda n, label: _interrupt_at(3) if n == N else None)
+    argv = ["compress", "--model", str(model_dirs["llama"]), "--prompt", PROMPT, "--no-chat-template"]
+    argv += ["--method", "snapkv", "--ratio", "0.5", "--tokens", str(N), "--json"]
+    argv += [
+        "--decode-method",
+        "streaming_llm",
+        "--decode-budget",
+        "8",
+        "--decode-interval",
+        "2",
+        "--n-sink",
+        "2",
+    ]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert f"stopped early, 3 of {N} tokens kept" in captured.err and captured.err.count("\n") == 1
+    row = json.loads(captured.out)
+    assert row["dense_interrupted"] is True and row["decode_tokens"] == 3 and not row["decode_interrupted"]
