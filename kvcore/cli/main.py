@@ -132,8 +132,7 @@ def _parser() -> argparse.ArgumentParser:
             "--max-tokens",
             dest="tokens",
             type=int,
-            default=DEFAULT_CONTINUATION_TOKENS,
-            help=f"tokens to generate (default {DEFAULT_CONTINUATION_TOKENS})",
+            help=f"tokens to generate (default {DEFAULT_CONTINUATION_TOKENS}; with --session, its saved continuation's)",
         )
         s.add_argument(
             "--beyond-context",
@@ -720,6 +719,9 @@ def _prompt_set(args: argparse.Namespace, plot_writer: PlotWriter | None) -> int
 
 
 def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None) -> int:
+    args.tokens_given = args.tokens is not None
+    if not args.tokens_given:
+        args.tokens = DEFAULT_CONTINUATION_TOKENS
     if getattr(args, "prompts", None) is not None:
         return _prompt_set(args, plot_writer)
     asked = getattr(args, "questions", None) is not None
@@ -775,6 +777,7 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
         from kvcore.engine.session_file import open_session
 
         open_session(args.session, session)  # no forward pass; the saved continuation is the reference
+        _session_tokens(args, len(session.dense_tokens))
     elif questions and args.chat_template and session.has_chat_template:
         _prefill_chat_context(args, session, prompt)
     else:
@@ -791,6 +794,17 @@ def _one_prompt(args: argparse.Namespace, plot_writer: PlotWriter | None = None)
     if args.command == "compress":
         return _compress(args, session, configs[0], questions)
     return _sweep(args, session, configs, plot_writer)
+
+
+def _session_tokens(args: argparse.Namespace, saved: int) -> None:
+    """A session file's saved continuation is the reference every setting is measured over: its length is the
+    run's --tokens, and another length asked for is refused rather than ignored."""
+    if args.tokens_given and args.tokens != saved:
+        raise UsageError(
+            f"--tokens {args.tokens}: the session's saved continuation has {saved} tokens, and every setting is "
+            f"measured over it; drop --tokens (or pass --tokens {saved}), or prefill the prompt anew with --tokens"
+        )
+    args.tokens = saved
 
 
 def _check_beyond_context(args: argparse.Namespace, asked: bool) -> None:

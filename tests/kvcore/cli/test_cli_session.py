@@ -90,3 +90,19 @@ def test_the_model_a_session_names_is_checked_before_any_load(
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(forged) in err
     assert ("now holds another model" if spec.startswith("/") else "never downloads") in err
+
+
+def test_a_session_measures_over_its_saved_continuation_and_refuses_another_length(saved, capsys):
+    s, path = saved
+    argv = ["compress", "--session", str(path), "--method", "snapkv", "--ratio", "0.5", "--json"]
+    policy = ["--decode-method", "snapkv", "--decode-budget", "16", "--decode-interval", "4"]
+    assert main([*argv, *policy]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert len(s.tokenizer.encode(summary["decode_text"])) <= len(s.dense_tokens), (
+        "the decode runs the saved length"
+    )
+    assert main([*argv, "--tokens", str(len(s.dense_tokens) + 30)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"saved continuation has {len(s.dense_tokens)} tokens" in err and "drop --tokens" in err
+    assert len(err.splitlines()) == 1
+    assert main([*argv, "--tokens", str(len(s.dense_tokens))]) == 0
