@@ -6,6 +6,7 @@ value the compressed cache still completes. Long identifier (resources/prompts/l
 defined ~590 tokens before its use; the dense continuation writes it, and a method keeps the answer when its own
 continuation writes the same name (the characters before the first "("); the KL and agreement against the dense
 continuation are Session's. Methods whose artifact is missing (calibrated ones) are listed as refused.
+A method may carry parameters, as in the parity harness: `dms-kvzap?threshold=-6.0` (NAME?PARAM=VALUE&...).
 
     .venv/bin/python -m benchmarks.methods_demo [--probes 20] [--ratio 0.25] [--methods a,b] [--out FILE.json]
 """
@@ -33,6 +34,13 @@ def default_methods() -> list[str]:
     return [*bare, "adakv-expected_attention", "snapkv+knorm"]
 
 
+def config(spec: str, ratio: float) -> CompressionConfig:
+    """A method spec NAME or NAME?PARAM=VALUE&... at `ratio` (the parity harness's syntax), paper schedule."""
+    name, _, query = spec.partition("?")
+    params = {k: float(v) if "." in v else int(v) for k, v in (p.split("=") for p in query.split("&") if p)}
+    return CompressionConfig(name, ratio, params=params)
+
+
 def identifier(text: str) -> str:
     """The name a continuation writes: everything before its first "(" (the call), stripped."""
     return text.split("(", 1)[0].strip()
@@ -45,7 +53,7 @@ def long_identifier(session: Session, names: list[str], ratio: float) -> dict[st
     out = {"dense": {"name": dense, "keeps": True}}
     for name in names:
         try:
-            regen = session.regenerate(session.compress(CompressionConfig(name, ratio)))
+            regen = session.regenerate(session.compress(config(name, ratio)))
         except ValueError as error:
             out[name] = {"refused": str(error)}
             continue
@@ -61,7 +69,10 @@ def long_identifier(session: Session, names: list[str], ratio: float) -> dict[st
     return out
 
 
-def needles(session: Session, names: list[str], ratio: float, n: int) -> dict[str, float | str]:
+def needles(
+    session: Session, names: list[str], ratio: float, n: int
+) -> tuple[dict[str, float | str], dict[str, float]]:
+    """Recall per method spec, and the mean stored share of dense per spec (dms keeps its own count)."""
     rows: list[dict] = []
     refused: dict[str, str] = {}
     for probe in probes(session.tokenizer, n):
@@ -70,11 +81,18 @@ def needles(session: Session, names: list[str], ratio: float, n: int) -> dict[st
             if name in refused:
                 continue
             try:
-                rows += config_rows(session, probe, [CompressionConfig(name, ratio)])
+                new = config_rows(session, probe, [config(name, ratio)])
             except ValueError as error:
                 refused[name] = str(error)
+                continue
+            rows += [{**r, "method": name} for r in new]  # two specs of one method stay apart
     table = {k[0]: v for k, v in recall_table(rows).items() if k[0] == "dense" or k[2] == ratio}
-    return {**table, **{n: f"refused: {why}" for n, why in refused.items()}}
+    shares: dict[str, list[float]] = {}
+    for r in rows:
+        if r["method"] != "dense":
+            shares.setdefault(r["method"], []).append(r["compression_ratio"])
+    stored = {m: sum(v) / len(v) for m, v in shares.items()}
+    return {**table, **{n: f"refused: {why}" for n, why in refused.items()}}, stored
 
 
 def _shown(name: str) -> str:
@@ -118,8 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     session = Session.load(args.model)
     ident = long_identifier(session, names, args.ratio)
-    recall = needles(session, names, args.ratio, args.probes)
-    result = {"ratio": args.ratio, "probes": args.probes, "long_identifier": ident, "needle_recall": recall}
+    recall, stored = needles(session, names, args.ratio, args.probes)
+    result = {
+        "ratio": args.ratio,
+        "probes": args.probes,
+        "long_identifier": ident,
+        "needle_recall": recall,
+        "stored_share": stored,
+    }
     result["seconds"] = round(time.perf_counter() - start, 1)
     print("\n".join(table_lines(result, names)))
     print(f"({result['seconds']} s)")

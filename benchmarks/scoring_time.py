@@ -46,6 +46,13 @@ def timed_methods() -> list[str]:
     return [n for n in names if "-" not in n or n.endswith(f"-{BASELINE}")]
 
 
+def chosen(only: list[str] | None) -> list[str]:
+    """The timed methods (all, or those named and snapkv), then any other method named explicitly (a wrapper over
+    another scorer, as dms-kvzap, kvpress's pairing)."""
+    names = [n for n in timed_methods() if not only or n in only or n == BASELINE]
+    return names + [n for n in only or [] if n not in names and n in methods.available()]
+
+
 def time_rank(observations: list, name: str, repeats: int) -> float:
     """Best-of-`repeats` ms of ranking every layer with method `name`, after one warm-up; a warm-up of LONG_MS or
     more is the figure itself (the machine's noise is a small share of it, and repeats would cost minutes)."""
@@ -86,12 +93,25 @@ class ByteTokenizer:
         return list(text.encode())
 
 
+def replayed(method) -> list:
+    """The methods in `method`'s tree (itself, a wrapper's inner, a chain's stages) scored by an extra forward pass,
+    as Session._reconstruct walks them: dms-kvzap's replay is its inner kvzap's."""
+    found, pending = [], [method]
+    while pending:
+        m = pending.pop()
+        if m.needs_reconstruction:
+            found.append(m)
+        pending += [i for i in (getattr(m, "inner", None), *getattr(m, "stages", ())) if i is not None]
+    return found
+
+
 def time_reconstruction(model, captured, ids: list[int], name: str) -> float:
     """ms of a replay-scored method's first ranking: its forward pass over the context, then the ranking."""
     method = methods.get(name)
 
     def first_ranking() -> None:
-        method.reconstruct(model, ByteTokenizer(), captured, ids, False)
+        for m in replayed(method):
+            m.reconstruct(model, ByteTokenizer(), captured, ids, False)
         rank(captured.observations, method)
 
     return _ms(first_ranking)
@@ -102,7 +122,7 @@ def run(
 ) -> list[tuple[str, dict[int, float | str]]]:
     """Time every (method, context) not already in `rows` (a JSON-lines file, appended as each finishes)."""
     model = build("llama-3.2-1b", layers)
-    names = [n for n in timed_methods() if not only or n in only or n == BASELINE]
+    names = chosen(only)
     done = read_rows(rows) if rows else {}
     for T in contexts:
         todo = [n for n in names if (n, T) not in done]
@@ -116,7 +136,7 @@ def run(
             if methods.get(name).needs_h2o:  # fresh: h2o's deferred sums are computed once per capture
                 captured = capture(model, ids)
             try:
-                if methods.get(name).needs_reconstruction:  # its replay is the cost, once per capture
+                if replayed(methods.get(name)):  # its replay is the cost, once per capture
                     cell: float | str = time_reconstruction(model, captured, ids, name)
                 else:
                     cell = time_rank(captured.observations, name, repeats)
@@ -215,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.report:
             supervise(child_argv, args.rows)
         done = read_rows(args.rows)
-        names = [n for n in timed_methods() if not args.methods or n in args.methods or n == BASELINE]
+        names = chosen(args.methods)
         rows = [(n, {T: done[(n, T)] for T in args.contexts if (n, T) in done}) for n in names]
     else:
         rows = run(args.contexts, args.layers, args.repeats, args.methods, args.rows)
