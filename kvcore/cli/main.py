@@ -901,6 +901,7 @@ def _sweep(args: argparse.Namespace, session: Any, configs: list, plot_writer: P
     columns = SWEEP_COLUMNS
     if session.beyond_context:  # --beyond-context used: every row says its continuation passed the context
         rows, columns = [{**r, "beyond_context": True} for r in rows], (*SWEEP_COLUMNS, "beyond_context")
+    rows, columns = _interrupted_column(args, rows, columns)
     if args.csv is not None:
         write_csv(args.csv, rows, columns)
     if args.plot is not None and plot_writer is not None:
@@ -913,6 +914,16 @@ def _sweep(args: argparse.Namespace, session: Any, configs: list, plot_writer: P
     return 0
 
 
+def _interrupted_column(
+    args: argparse.Namespace, rows: list[dict], columns: tuple[str, ...]
+) -> tuple[list[dict], tuple[str, ...]]:
+    """A dense continuation stopped by Ctrl-C measured every setting over fewer tokens than asked: the CSV says so
+    in a `dense_interrupted` column (absent when it ran to the end, as `beyond_context`)."""
+    if not getattr(args, "dense_interrupted", False):
+        return rows, columns
+    return [{**r, "dense_interrupted": True} for r in rows], (*columns, "dense_interrupted")
+
+
 def _decode_sweep(args: argparse.Namespace, session: Any, configs: list) -> int:
     """Every configuration × decoding policy (kvcore.engine.sweep.run_decode_sweep), one CSV row each."""
     from kvcore.engine.sweep import DECODE_SWEEP_COLUMNS, run_decode_sweep
@@ -922,9 +933,9 @@ def _decode_sweep(args: argparse.Namespace, session: Any, configs: list) -> int:
 
     points = list(run_decode_sweep(session, configs, args.decode_policies, args.tokens, on_progress=progress))
     end_progress()
-    rows = [p.row() for p in points]
+    rows, columns = _interrupted_column(args, [p.row() for p in points], DECODE_SWEEP_COLUMNS)
     if args.csv is not None:
-        write_csv(args.csv, rows, DECODE_SWEEP_COLUMNS)
+        write_csv(args.csv, rows, columns)
     for row in rows:
         print(
             f"{row['method']} {row['ratio']:g} + {row['decode_method']} {row['decode_budget']}: agreement "

@@ -234,3 +234,21 @@ def test_cli_ctrl_c_in_the_dense_continuation_measures_the_tokens_kept(model_dir
     assert f"stopped early, 3 of {N} tokens kept" in captured.err and captured.err.count("\n") == 1
     row = json.loads(captured.out)
     assert row["dense_interrupted"] is True and row["decode_tokens"] == 3 and not row["decode_interrupted"]
+
+
+@pytest.mark.parametrize("decode", [False, True], ids=["sweep", "decode-sweep"])
+def test_cli_sweep_csv_says_the_dense_continuation_stopped_early(
+    model_dirs, capsys, monkeypatch, tmp_path, decode
+):
+    import kvcore.cli.main as cli
+
+    monkeypatch.setattr(cli, "_continuation_progress", lambda n, label: _interrupt_at(3) if n == N else None)
+    out = tmp_path / "sweep.csv"
+    argv = ["sweep", "--model", str(model_dirs["llama"]), "--prompt", PROMPT, "--no-chat-template"]
+    argv += ["--methods", "snapkv", "--ratios", "0.5", "--bits", "16", "--tokens", str(N), "--csv", str(out)]
+    if decode:
+        argv += ["--decode-methods", "streaming_llm", "--decode-budgets", "8", "--n-sink", "2"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    rows = list(csv.DictReader(out.open()))
+    assert rows and all(r["dense_interrupted"] == "1" for r in rows)  # write_csv writes booleans as 0/1
