@@ -206,6 +206,12 @@ DECODE_POLICY_HELP: dict[str, tuple[str, str]] = {
 #: (16 GiB, past 32-bit indexing); steps of at most 2^28 hold 1 GiB, and a short prompt still goes in one step.
 REREAD_SCORES = 1 << 28
 
+#: The most attention scores one prefill chunk may hold per layer (query heads x chunk x keys): MLX's CPU attention
+#: and the capture's own h2o sums write them all, and past 2^31 elements MLX's 32-bit indexing segfaults. 2^30 keeps
+#: 2048-token chunks up to 16k keys with 32 query heads and shrinks them after (1,024 at 32k), so a long prompt
+#: on a large model prefills rather than crashes.
+PREFILL_SCORES = 1 << 30
+
 #: kvzap (Jegou et al. 2026, kvpress's KVzapPress and its training script): the surrogate's hidden width (mlp), the
 #: training run (AdamW with weight decay, cosine learning rate, gradient norm clipped, minibatches of rows), the
 #: positions sampled from each calibration prompt (kvpress samples 500 of 750-1250-token texts), the share of the

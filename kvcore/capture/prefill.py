@@ -47,7 +47,7 @@ from kvcore import defaults
 from kvcore.cache import sparse as caches
 from kvcore.capture import h2o_mode as capture_mode
 from kvcore.capture import query_stats as query_stats_module
-from kvcore.defaults import DEFAULT_WINDOW
+from kvcore.defaults import DEFAULT_WINDOW, PREFILL_SCORES
 from kvcore.kernels import h2o_sums
 from kvcore.model import attention, mla
 
@@ -266,6 +266,25 @@ def _layer_map(cache: Sequence[Any]) -> tuple[dict[int, int], dict[int, str]]:
     return layer_of, skipped
 
 
+def _query_heads(model: nn.Module) -> int | None:
+    """The model's query heads from its config (None when it does not say: chunks are then never shortened)."""
+    heads = getattr(getattr(model, "args", None), "num_attention_heads", None)
+    return heads if isinstance(heads, int) and heads > 0 else None
+
+
+def _spans(body: int, chunk_size: int, heads: int | None, max_scores: int) -> list[tuple[int, int]]:
+    """[a, b) chunks over `body` tokens: `chunk_size` each, shorter where heads x chunk x (a + chunk) keys would
+    pass `max_scores` (never below one token)."""
+    spans, a = [], 0
+    while a < body:
+        size = (
+            chunk_size if heads is None else min(chunk_size, max(1, max_scores // (heads * (a + chunk_size))))
+        )
+        spans.append((a, min(a + size, body)))
+        a += size
+    return spans
+
+
 def prefill_with_capture(
     model: nn.Module,
     prompt_ids: Sequence[int],
@@ -277,8 +296,12 @@ def prefill_with_capture(
     query_stats: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
     should_cancel: Callable[[], bool] | None = None,
+    max_scores: int = PREFILL_SCORES,
 ) -> CaptureResult:
     """Prefill `prompt_ids` into a fresh (or given, empty) cache in chunks, recording per-layer observations.
+
+    Chunks are `chunk_size` tokens, shorter where query heads x chunk x keys would pass `max_scores` (a long
+    prompt's later chunks).
 
     h2o: True or "eager" computes the h2o sums now, False never, "lazy" keeps the queries so `ensure_h2o()` can on
     demand, "auto" chooses eager or lazy by backend (`kvcore.capture.h2o_mode`) and logs which and why.
@@ -311,7 +334,7 @@ def prefill_with_capture(
     recorder = _Recorder(layer_of, window, h2o, taps)
     total = len(ids)
     body = total - 1 if hold_last and total > 1 else total
-    spans = [(a, min(a + chunk_size, body)) for a in range(0, body, chunk_size)]
+    spans = _spans(body, chunk_size, _query_heads(model), max_scores)
     calls, logits, before_last = 0, None, None
     tapping = query_stats_module.tapped(model, taps) if taps is not None else nullcontext()
     with tapping, attention.observing(recorder):

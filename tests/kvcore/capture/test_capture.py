@@ -212,3 +212,23 @@ def test_the_window_is_kept_in_the_models_dtype_and_scores_as_float32(model_dirs
     for method in ("snapkv", "tova"):
         for a, b in zip(rank(result.observations, method).layers, rank(as_float, method).layers, strict=True):
             np.testing.assert_array_equal(a.scores, b.scores)
+
+
+def test_a_long_prompts_chunks_shrink_so_no_layer_holds_more_than_max_scores(loaded_models):
+    """Past 2^31 attention scores MLX's CPU attention segfaults: later chunks (more keys) are shortened so query
+    heads x chunk x keys stays under max_scores, with the same cache and observations."""
+    model, tok = loaded_models["llama"]
+    ids = tok.encode(PROMPT)
+    heads = model.args.num_attention_heads
+    limit = heads * 6 * len(ids) // 2
+    fixed = capture.prefill_with_capture(model, ids, window=8, chunk_size=6)
+    bounded = capture.prefill_with_capture(model, ids, window=8, chunk_size=6, max_scores=limit)
+    spans = capture._spans(len(ids), 6, heads, limit)
+    assert all(heads * (b - a) * b <= limit for a, b in spans), "no chunk holds more scores than the limit"
+    assert spans[-1][1] == len(ids) and len(spans) > -(-len(ids) // 6), "later chunks are shorter"
+    assert bounded.forward_calls == len(spans)
+    for a, b in zip(fixed.observations, bounded.observations, strict=True):
+        for name in ("keys", "window_queries", "h2o_sums"):
+            np.testing.assert_allclose(
+                np.array(getattr(a, name)), np.array(getattr(b, name)), rtol=1e-4, atol=1e-5
+            )
