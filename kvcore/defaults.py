@@ -226,5 +226,7 @@ KVZAP_POSITIONS = 512
 KVZAP_SEED = 0
 KVZAP_HELD_OUT = 0.1
 KVZAP_SCORE_FLOOR = 1e-12
+#: The linear surrogate's ridge penalty: kvpress fits it by scikit-learn's `Ridge()` (alpha 1, intercept unpenalised).
+KVZAP_RIDGE_ALPHA = 1.0
 #: The surrogate's and the shards' format: another version is refused (surrogate) or collected again (shards).
 KVZAP_VERSION = 1

@@ -5,8 +5,10 @@ The layers' models are independent, so their weights are stacked ([L, out, in]) 
 together; the loss is the mean squared error over layers, rows and heads (each layer's gradient is its own MSE's,
 scaled by 1/L). As kvpress's training script: AdamW (weight decay 0.01), learning rate 5e-3 on a cosine over the
 epochs, gradient norm clipped at 1, shuffled minibatches of 512 rows, 15 epochs, weights initialised as torch's
-`nn.Linear` (uniform ±1/√fan_in) but for the output bias, which starts at the mean target; the linear type is trained the same way (kvpress fits it by ridge regression).
-The weights of the epoch with the lowest held-out loss are kept (the last epoch's when nothing is held out).
+`nn.Linear` (uniform ±1/√fan_in) but for the output bias, which starts at the mean target. The weights of the epoch
+with the lowest held-out loss are kept (the last epoch's when nothing is held out). The linear type is fitted as
+kvpress fits it, in closed form: ridge regression per layer (penalty `KVZAP_RIDGE_ALPHA` on the weights, not on the
+intercept, rows and targets centred), in float64 — no epochs, no seed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kvcore.defaults import (
     KVZAP_GRAD_CLIP,
     KVZAP_HIDDEN_DIM,
     KVZAP_LEARNING_RATE,
+    KVZAP_RIDGE_ALPHA,
     KVZAP_SEED,
     KVZAP_WEIGHT_DECAY,
 )
@@ -115,6 +118,18 @@ def r2_per_layer(y: np.ndarray, pred: np.ndarray) -> list[float]:
     return [float(1 - a / b) if b > 0 else float("nan") for a, b in zip(sse, sst, strict=True)]
 
 
+def ridge(x: np.ndarray, y: np.ndarray, alpha: float = KVZAP_RIDGE_ALPHA) -> list[dict[str, np.ndarray]]:
+    """Per layer of x [L, N, d] → y [L, N, H], the ridge solution (scikit-learn's `Ridge(alpha)` with an intercept):
+    w = (XcᵀXc + αI)⁻¹ Xcᵀ Yc on the centred rows, b = ȳ − x̄ w; float32 {"w": [H, d], "b": [H]} per layer."""
+    weights = []
+    for xl, yl in zip(x.astype(np.float64), y.astype(np.float64), strict=True):
+        x_mean, y_mean = xl.mean(axis=0), yl.mean(axis=0)
+        xc, yc = xl - x_mean, yl - y_mean
+        w = np.linalg.solve(xc.T @ xc + alpha * np.eye(xl.shape[1]), xc.T @ yc)  # [d, H]
+        weights.append({"w": w.T.astype(np.float32), "b": (y_mean - x_mean @ w).astype(np.float32)})
+    return weights
+
+
 def train(
     x: np.ndarray,
     y: np.ndarray,
@@ -129,6 +144,14 @@ def train(
     n_layers, n_rows, d_in = x.shape
     if n_rows == 0:
         raise ValueError("kvzap has no training rows: give calibration prompts with text in them")
+    if settings.model_type == "linear":
+        weights = ridge(x, y)
+        train_loss = float(((predict("linear", weights, x).astype(np.float64) - y) ** 2).mean())
+        outcome = _outcome(weights, train_loss, held_x, held_y, "linear", 1, [])
+        outcome.history = [(1, train_loss, outcome.held_out_loss)]
+        if on_epoch is not None:
+            on_epoch(1, 1, train_loss, outcome.held_out_loss, outcome.held_out_r2)
+        return outcome
     mx.random.seed(settings.seed)
     model = StackedSurrogate(
         n_layers, d_in, y.shape[-1], settings.model_type, settings.hidden_dim, settings.seed
@@ -176,10 +199,23 @@ def train(
             best = (score, epoch, model.per_layer(), train_loss)
     assert best is not None
     _, best_epoch, weights, train_loss = best
+    return _outcome(weights, train_loss, held_x, held_y, settings.model_type, best_epoch, history)
+
+
+def _outcome(
+    weights: list[dict[str, np.ndarray]],
+    train_loss: float,
+    held_x: np.ndarray | None,
+    held_y: np.ndarray | None,
+    model_type: str,
+    best_epoch: int,
+    history: list[tuple[int, float, float | None]],
+) -> TrainingOutcome:
+    """The kept weights with their held-out MSE and R² (none when nothing is held out)."""
     held_loss = r2 = None
     layer_r2: list[float] = []
     if held_x is not None and held_y is not None and held_x.shape[1]:
-        pred = predict(settings.model_type, weights, held_x)
+        pred = predict(model_type, weights, held_x)
         held_loss = float(((pred.astype(np.float64) - held_y) ** 2).mean())
         layer_r2 = r2_per_layer(held_y, pred)
         r2 = float(np.nanmean(layer_r2))

@@ -168,3 +168,19 @@ def test_cli_calibrates_then_compresses_with_kvzap(model_dirs, tmp_path, monkeyp
     argv += ["--method", "kvzap", "--param", "model_type=1", "--ratio", "0.5", "--positions", str(out)]
     assert cli_main(argv) == 0
     assert json.loads(out.read_text())
+
+
+def test_the_linear_surrogate_is_kvpress_ridge_fit_in_closed_form():
+    """kvpress fits the linear type with scikit-learn's Ridge() (alpha 1, intercept unpenalised): its normal
+    equations hold for the weights, the intercept makes the mean residual zero, and training needs no epochs."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 200, 8))
+    y = x @ rng.normal(size=(2, 8, 3)) + rng.normal(size=(2, 1, 3)) + 0.1 * rng.normal(size=(2, 200, 3))
+    outcome = train(x, y, TrainingSettings(model_type="linear", epochs=1))
+    for layer, w in enumerate(outcome.weights):
+        residual = y[layer] - (x[layer] @ w["w"].T.astype(np.float64) + w["b"])
+        np.testing.assert_allclose(residual.mean(axis=0), 0, atol=1e-5)
+        xc = x[layer] - x[layer].mean(axis=0)
+        # d/dW of ‖Y − XW − b‖² + α‖W‖² vanishes: Xcᵀ residual = α W
+        np.testing.assert_allclose(xc.T @ residual, 1.0 * w["w"].T, atol=1e-3)
+    assert outcome.history == [(1, outcome.train_loss, None)] and outcome.train_loss < 0.02
