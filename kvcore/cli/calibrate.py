@@ -37,7 +37,12 @@ def add_parser(sub: argparse._SubParsersAction, default_model: str) -> None:
         "--kvzap-type", choices=("mlp", "linear"), default="mlp", help="the surrogate (default: mlp)"
     )
     k.add_argument("--kvzap-hidden-dim", type=int, default=KVZAP_HIDDEN_DIM, help="the mlp's hidden width")
-    k.add_argument("--kvzap-epochs", type=int, default=KVZAP_EPOCHS, help="training epochs")
+    k.add_argument(
+        "--kvzap-epochs",
+        type=int,
+        default=KVZAP_EPOCHS,
+        help="the mlp's training epochs (linear: a closed-form fit)",
+    )
     k.add_argument(
         "--kvzap-positions", type=int, default=KVZAP_POSITIONS, help="positions sampled from each prompt"
     )
@@ -70,6 +75,14 @@ def run(args: argparse.Namespace) -> int:
         KVZAP_SEED,
     ):
         raise ValueError(f"the --kvzap-* options set kvzap's training, not {method}'s: leave them out")
+    if args.kvzap_type == "linear" and (args.kvzap_hidden_dim, args.kvzap_epochs) != (
+        KVZAP_HIDDEN_DIM,
+        KVZAP_EPOCHS,
+    ):
+        raise ValueError(
+            "--kvzap-hidden-dim and --kvzap-epochs set the mlp's training; the linear surrogate is a closed-form "
+            "ridge fit (as kvpress's): leave them out"
+        )
     items = load_prompts(args.prompts)
     session = Session.load(args.model)
     if method == "kvzap":

@@ -160,6 +160,9 @@ def test_cli_calibrates_then_compresses_with_kvzap(model_dirs, tmp_path, monkeyp
     small = ["--kvzap-type", "linear", "--kvzap-epochs", "2", "--kvzap-positions", "16"]
     assert cli_main(["calibrate", "qfilter", "--model", model, "--prompts", str(prompts), *small]) == 2
     assert "the --kvzap-* options set kvzap's training, not qfilter's" in capsys.readouterr().err
+    assert cli_main(["calibrate", "kvzap", "--model", model, "--prompts", str(prompts), *small]) == 2
+    assert "the linear surrogate is a closed-form ridge fit" in capsys.readouterr().err
+    small = ["--kvzap-type", "linear", "--kvzap-positions", "16"]
     assert cli_main(["calibrate", "kvzap", "--model", model, "--prompts", str(prompts), *small]) == 0
     assert "kvzap linear surrogate, 2 prompts (2 prompts collected)" in capsys.readouterr().out
     prompt, out = tmp_path / "prompt.txt", tmp_path / "kept.json"
