@@ -187,14 +187,14 @@ def command(args: argparse.Namespace) -> int:
     first = ranks.rank == 0
     kept = _kept_rows(args.out, cols, run) if first else []
     # Rank 0's file decides what is done: another machine need not have it.
-    done = set(json.loads(ranks.gather(json.dumps(sorted(r["method"] for r in kept)).encode("utf-8"))[0]))
+    done = set(ranks.gather_json(sorted(r["method"] for r in kept))[0])
     pending = [m for m in run.methods if m not in done]
     key = {**run.run_cells(), "tasks": list(run.tasks), "ratios": list(run.ratios), "methods": pending}
     saved = checkpoint_path(args.out)
     session = Session.load(args.model)
     items = prepare(session, run)  # every sample checked against the model's context before any prefill
     scored = _checkpoint(saved, key, len(items), len(run.ratios)) if first and pending else {}
-    scored = {int(k): v for k, v in json.loads(ranks.gather(json.dumps(scored).encode("utf-8"))[0]).items()}
+    scored = {int(k): v for k, v in ranks.gather_json(scored)[0].items()}
     if first and (done or scored):
         print(
             f"kvlens: resuming {args.out}: {len(done)} method rows, {len(scored)} samples kept",

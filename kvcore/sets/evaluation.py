@@ -8,7 +8,6 @@ ValueError on every rank; a prompt that fails is named in the outcome and the ot
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,7 +148,7 @@ def _weights(session: Any, items: list[PromptItem], request: SetRequest, n_confi
 
 def _agree(ranks: Any, setup: dict[str, Any]) -> dict[str, Any]:
     """Share every rank's set-up; ValueError on every rank if any failed or they read different prompts."""
-    parts = [json.loads(p) for p in ranks.gather(json.dumps(setup).encode("utf-8"))]
+    parts = ranks.gather_json(setup)
     for r, part in enumerate(parts):
         if part["error"] is not None:
             raise ValueError(part["error"] if ranks.size == 1 else f"rank {r}: {part['error']}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +57,16 @@ class Ranks:
         self.bytes_moved += (width + 8) * self.size * (self.size - 1)
         self.gathers += 1
         return out
+
+    def gather_json(self, value: Any) -> list[Any]:
+        """Every rank's `value` (JSON-encodable), decoded, in rank order. A payload that is not UTF-8 JSON is what
+        a peer that died mid-send leaves in the ring: RankLost, naming the rank, as a failed collective."""
+        parts = self.gather(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+        try:
+            return [json.loads(p.decode("utf-8")) for p in parts]
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            self.reported = True
+            raise RankLost(self.lost()) from None
 
     def _all_gather(self, data: bytes) -> tuple[list[bytes], int]:
         mx = self._mx

@@ -13,7 +13,6 @@ a single-process, a distributed and a resumed run of the same work write the sam
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,8 +81,7 @@ def run_rounds(
                     payload["rows"].append([job.prompt, config, records])
             except Exception as exc:  # a bad prompt or an out-of-memory: named, the other jobs go on
                 payload["errors"].append([job.prompt, f"prompt {describe(job.prompt)}: {exc}"])
-        for part in ranks.gather(json.dumps(payload, ensure_ascii=False).encode("utf-8")):
-            got = json.loads(part.decode("utf-8"))
+        for got in ranks.gather_json(payload):
             for prompt, config, records in got["rows"]:
                 results.rows[prompt, config] = records
             for prompt, message in got["errors"]:

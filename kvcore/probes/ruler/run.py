@@ -10,7 +10,6 @@ Under `mlx.launch` the ranks score one sample each a round and the scores are ga
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -161,8 +160,8 @@ def score_rounds(
         if ranks.rank < len(share):
             i = share[ranks.rank]
             mine[i] = sample_scores(session, run, items[i], methods)
-        for payload in ranks.gather(json.dumps(mine).encode("utf-8")):
-            scored.update({int(k): v for k, v in json.loads(payload).items()})
+        for part in ranks.gather_json(mine):
+            scored.update({int(k): v for k, v in part.items()})
         if on_round is not None:
             on_round(scored)
     return scored
