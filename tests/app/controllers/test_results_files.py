@@ -318,7 +318,9 @@ def test_a_100k_row_results_file_opens_while_the_window_keeps_running(window, re
     assert "Reading and summarising big.csv…" in said  # the progress
     assert [p.prompts for p in window.sweepPanel.frontier.points()] == [len(PROMPTS) * copies] * 2
     gaps = np.diff([start, *ticks])
-    assert len(ticks) >= took / 0.02 / 3 and gaps.max() < 1.0, (took, len(ticks), gaps.max())
+    # the window kept running: no pause of a second (the GUI-thread read froze it for 16 s); the reader thread
+    # shares the GIL, so on a loaded machine the 20 ms timer fires less often, hence a tenth of its rate
+    assert len(ticks) >= took / 0.02 / 10 and gaps.max() < 1.0, (took, len(ticks), gaps.max())
 
 
 def test_a_sweep_csv_opens_as_one_prompt_points_without_bars(window, tmp_path):
