@@ -360,7 +360,7 @@ def prefill_with_capture(
                 on_progress(b, total)
     result = _result(cache, layer_of, recorder.states, skipped, logits)
     result.forward_calls, result.n_tokens, result.before_last = calls, total, before_last
-    _attach_output_projections(model, [result, before_last])
+    attach_output_projections(model, [result, before_last])
     for r in (result, before_last):
         if r is not None:
             r.h2o_mode = "lazy" if h2o == "lazy" else "eager" if h2o else "off"
@@ -372,7 +372,7 @@ def prefill_with_capture(
     return result
 
 
-def _attach_output_projections(model: nn.Module, results: list[CaptureResult | None]) -> None:
+def attach_output_projections(model: nn.Module, results: list[CaptureResult | None]) -> None:
     """Point each observation at its layer's `self_attn.o_proj` (mlx-lm's name in llama, qwen, mistral, phi3,
     gemma): the observer sees attention's inputs, not the module, so the model is where the weights are."""
     layers = getattr(model, "layers", None)

@@ -21,7 +21,13 @@ import numpy as np
 from mlx_lm.models.cache import KVCache
 
 from kvcore.cache import files as cache_io
-from kvcore.capture.prefill import CaptureResult, LayerObservation, _observe_keys, _trimmed
+from kvcore.capture.prefill import (
+    CaptureResult,
+    LayerObservation,
+    _observe_keys,
+    _trimmed,
+    attach_output_projections,
+)
 from kvcore.capture.query_stats import QueryStats
 from kvcore.defaults import CAPTURE_WINDOW, QUERY_STATS_HEAD, SCHEDULES
 from kvcore.engine.session import Session
@@ -314,6 +320,9 @@ def open_session(
     )
     _observe_keys(full, full.cache)
     _observe_keys(before, before.cache)
+    attach_output_projections(
+        session.model, [full, before]
+    )  # criticalkv's ‖W_o·v‖ reads them, as after a prefill
     full.before_last = before
     full.skipped = before.skipped = {int(k): v for k, v in skipped.items()}
     own = extra_arrays(arrays)

@@ -197,11 +197,17 @@ def test_random_actions_never_break_the_window(qapp, tmp_path, monkeypatch):
             wait_until(lambda: _idle(window), timeout=120)
         if not window.prefilled or window.pinning.current is None:
             window.prefill(PROMPTS[0])
-            wait_until(lambda: _idle(window) and window.pinning.current is not None, timeout=120)
+            wait_until(lambda: _idle(window), timeout=120)
+        told = len(refusals)
         window.controls.retentionSlider.setValue(37)
         rid = window.engine.latest_id("compress")
-        wait_until(lambda: window.displayed_ids and window.displayed_ids[-1] == rid, timeout=120)
         wait_until(lambda: _idle(window), timeout=120)
+        # the last random setting may be one its method refuses in one line (counted above): show snapkv's
+        if len(refusals) > told:
+            window.controls.methodCombo.setCurrentText("snapkv")
+            rid = window.engine.latest_id("compress")
+            wait_until(lambda: _idle(window), timeout=120)
+        wait_until(lambda: window.displayed_ids and window.displayed_ids[-1] == rid, timeout=120)
         engine_session = window.engine._state["session"]
         ids, dense = list(engine_session.prompt_ids), list(engine_session.dense_tokens)
         ref = Session.load(model)

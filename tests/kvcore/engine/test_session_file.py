@@ -27,6 +27,9 @@ CONFIGS = [
     CompressionConfig("pyramidkv", 0.5, per_head=True),
     CompressionConfig("expected_attention", 0.4),
     CompressionConfig("adakv-expected_attention", 0.3, schedule="mlx-lm"),
+    CompressionConfig(
+        "criticalkv-snapkv", 0.5, per_head=True
+    ),  # reads each layer's o_proj, as after a prefill
 ]
 
 
