@@ -22,7 +22,7 @@ from kvcore.cache.sparse import SparseKVCache
 from kvcore.declared import param
 from kvcore.methods.base import Method
 from kvcore.methods.snapkv import SnapKV
-from kvcore.methods.wrapper import Wrapper
+from kvcore.methods.wrapper import Wrapper, store_refusal
 
 EPS = 1e-6
 
@@ -85,9 +85,7 @@ class Merging(Wrapper):
     @classmethod
     def refusal(cls, inner: type[Method]) -> str | None:
         """A per-head scorer, kvzip's global eviction included: only what is stored changes."""
-        if inner.wraps or inner.keeps_everything or inner.shared_across_heads or inner.chooses:
-            return f"{cls.name} needs a per-head scorer, got {inner.name!r}: use {cls.name}-snapkv, {cls.name}-knorm…"
-        return None
+        return store_refusal(cls.name, inner)
 
     def store(self, cache: list[Any], model: Any, observations: Any = ()) -> list[Any]:
         """Each compressed layer's kept values with the evicted ones merged in; `merged_into` [H_kv, T] records

@@ -26,7 +26,7 @@ from kvcore.declared import param
 from kvcore.defaults import CAPTURE_WINDOW
 from kvcore.methods.base import Method
 from kvcore.methods.snapkv import SnapKV
-from kvcore.methods.wrapper import Wrapper
+from kvcore.methods.wrapper import Wrapper, store_refusal
 
 THINK_RATIO = 0.5
 THINK_WINDOW = 32
@@ -76,9 +76,7 @@ class ThinK(Wrapper):
     @classmethod
     def refusal(cls, inner: type[Method]) -> str | None:
         """A per-head scorer, kvzip's global eviction included: only what is stored changes."""
-        if inner.wraps or inner.keeps_everything or inner.shared_across_heads or inner.chooses:
-            return f"{cls.name} needs a per-head scorer, got {inner.name!r}: use {cls.name}-snapkv, {cls.name}-knorm…"
-        return None
+        return store_refusal(cls.name, inner)
 
     def store(self, cache: list[Any], model: Any, observations: Any = ()) -> list[Any]:
         """Each compressed layer's keys without its pruned channels (`kvcore.cache.channel_pruned`)."""

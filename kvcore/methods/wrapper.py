@@ -97,6 +97,14 @@ def subset(obs: LayerObservation, positions: np.ndarray) -> LayerObservation:
     )
 
 
+def store_refusal(name: str, inner: type[Method]) -> str | None:
+    """Refusal for wrappers that change only what is stored (think, merging): any per-head scorer, kvzip's global
+    eviction included, keeps its selection."""
+    if inner.wraps or inner.keeps_everything or inner.shared_across_heads or inner.chooses:
+        return f"{name} needs a per-head scorer, got {inner.name!r}: use {name}-snapkv, {name}-knorm…"
+    return None
+
+
 def cache_scorer_refusal(name: str, inner: type[Method]) -> str | None:
     """Refusal for wrappers that score slices of the cache: the inner method must read only keys and values."""
     if inner.wraps or inner.keeps_everything or inner.chooses or not inner.scores_from_cache:
