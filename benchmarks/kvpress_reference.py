@@ -143,20 +143,10 @@ KVZAP_THRESHOLD = -6.0
 def _kvzap_from_artifact(kvpress, model_type: str = "mlp"):
     """KVzapPress given KV Lens's trained surrogate (`kvlens calibrate kvzap`, in $KVLENS_DATA_DIR) as kvpress's own
     KVzapModel (kvpress downloads nvidia/KVzap-* for a few models): its weights are stored in nn.Linear's layout."""
-    import glob
-
     import torch
-    from safetensors import safe_open
 
-    folder = os.environ.get("KVLENS_DATA_DIR")
-    found = sorted(glob.glob(os.path.join(folder or ".", f"kvzap-{model_type}-*.safetensors")))
-    if not folder or len(found) != 1:
-        raise SystemExit(
-            f"kvzap: set KVLENS_DATA_DIR to the folder holding one `kvlens calibrate kvzap` {model_type}"
-        )
-    with safe_open(found[0], "pt") as f:
-        header = json.loads(f.metadata()["kvlens"])
-        arrays = {k: f.get_tensor(k).float() for k in f.keys()}  # noqa: SIM118 (safe_open)
+    arrays, header = _artifact(f"kvzap-{model_type}", f"kvzap --kvzap-type {model_type}")
+    arrays = {k: v.float() for k, v in arrays.items()}
     module = sys.modules[kvpress.KVzapPress.__module__]
     layers = header["layers"]
     config = module.KVzapConfig(
@@ -183,17 +173,18 @@ def _kvzap_from_artifact(kvpress, model_type: str = "mlp"):
         return GivenSurrogate(model_type=model_type)
 
 
-def _artifact(method: str):
-    """KV Lens's calibration artifact of `method` (`kvlens calibrate`) in $KVLENS_DATA_DIR: (arrays, header)."""
+def _artifact(stem: str, command: str | None = None):
+    """KV Lens's calibration artifact `stem-<fingerprint>.safetensors` (made by `kvlens calibrate COMMAND`, the
+    stem by default) in $KVLENS_DATA_DIR: (float64 arrays, header)."""
     import glob
 
     from safetensors import safe_open
 
     folder = os.environ.get("KVLENS_DATA_DIR")
-    found = sorted(glob.glob(os.path.join(folder or ".", f"{method}-*.safetensors")))
+    found = sorted(glob.glob(os.path.join(folder or ".", f"{stem}-*.safetensors")))
     if not folder or len(found) != 1:
         raise SystemExit(
-            f"{method}: set KVLENS_DATA_DIR to the folder holding one `kvlens calibrate {method}` file"
+            f"{stem}: set KVLENS_DATA_DIR to the folder holding one `kvlens calibrate {command or stem}` file"
         )
     with safe_open(found[0], "pt") as f:
         header = json.loads(f.metadata()["kvlens"])
