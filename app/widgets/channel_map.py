@@ -12,12 +12,12 @@ import os
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtCore import QPointF, QRectF, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.engine.stored_view import ChannelView
 from app.widgets.heatmap import KEPT_RGBA
-from app.widgets.hover import show_hover
+from app.widgets.hover import HoverLine
 from app.widgets.plot_export import export_graphics
 from app.widgets.row_axis import RowAxis
 
@@ -83,10 +83,7 @@ class ChannelMap(QWidget):
         row.addWidget(self.exportImageButton)
         layout.addWidget(self.legendRow)
         layout.addWidget(self.graphics, 1)
-        self.hoverLabel = QLabel(HOVER_HINT, objectName="channelMapHover")
-        self.hoverLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        # a long hover line is cut at the dock's edge rather than widening the window
-        self.hoverLabel.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.hoverLabel = HoverLine(HOVER_HINT, "channelMapHover")
         layout.addWidget(self.hoverLabel)
         self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.set_view(None, [], 1)
@@ -151,8 +148,7 @@ class ChannelMap(QWidget):
             return
         self._last = cell
         text = "" if cell is None else self.info_at(*cell)
-        show_hover(self.graphics, text)
-        self.hoverLabel.setText(text or HOVER_HINT)
+        self.hoverLabel.show_text(self.graphics, text)
         self.hoverInfo.emit(text)
 
 

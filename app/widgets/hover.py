@@ -1,9 +1,11 @@
-"""One way every plot widget shows its hover text: as the graphics view's tooltip, at the cursor at once."""
+"""One way every plot widget shows its hover text: as the graphics view's tooltip, at the cursor at once, and for
+the Stored form's views on a line under the plot."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import QToolTip, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QToolTip, QWidget
 
 
 def show_hover(graphics: QWidget, text: str) -> None:
@@ -12,3 +14,19 @@ def show_hover(graphics: QWidget, text: str) -> None:
     graphics.setToolTip(text)
     if text:
         QToolTip.showText(QCursor.pos(), text, graphics)
+
+
+class HoverLine(QLabel):
+    """The line under a view that repeats its hover text (selectable, for copying), or `hint` when nothing is
+    hovered; a long line is cut at the dock's edge rather than widening the window."""
+
+    def __init__(self, hint: str, object_name: str) -> None:
+        super().__init__(hint, objectName=object_name)
+        self.hint = hint
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+
+    def show_text(self, graphics: QWidget, text: str) -> None:
+        """`text` as `graphics`' tooltip at the cursor and on this line (the hint when empty)."""
+        show_hover(graphics, text)
+        self.setText(text or self.hint)

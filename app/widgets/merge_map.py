@@ -19,13 +19,12 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
-    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
 
 from app.widgets.heatmap import EVICTED_RGBA, KEPT_RGBA
-from app.widgets.hover import show_hover
+from app.widgets.hover import HoverLine
 from app.widgets.plot_export import export_graphics
 from app.widgets.token_axis import TokenAxis, token_label
 
@@ -166,10 +165,7 @@ class MergeMap(QWidget):
         layout.addWidget(self.noteLabel)
         layout.addWidget(self.controls)
         layout.addWidget(self.graphics, 1)
-        self.hoverLabel = QLabel(HOVER_HINT, objectName="mergeMapHover")
-        self.hoverLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        # a long hover line is cut at the dock's edge rather than widening the window
-        self.hoverLabel.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.hoverLabel = HoverLine(HOVER_HINT, "mergeMapHover")
         layout.addWidget(self.hoverLabel)
         self.layerCombo.currentIndexChanged.connect(self._redraw)
         self.drawCombo.currentIndexChanged.connect(self._redraw)
@@ -360,8 +356,7 @@ class MergeMap(QWidget):
             return
         self._last = cell
         text = "" if cell is None else self.info_at(*cell)
-        show_hover(self.graphics, text)
-        self.hoverLabel.setText(text or HOVER_HINT)
+        self.hoverLabel.show_text(self.graphics, text)
         self.hoverInfo.emit(text)
 
 
